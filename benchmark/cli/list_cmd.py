@@ -1,0 +1,92 @@
+"""``dmlbench list KIND``: what is registered, with defaults and search spaces."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from benchmark.budgets import BUDGETS
+from benchmark.config import load_protocol_file
+from benchmark.data import DATASETS
+from benchmark.errors import UnknownNameError
+from benchmark.losses import LOSSES
+from benchmark.metrics import METRICS
+from benchmark.models.trunks import TRUNKS
+from benchmark.config import PROTOCOLS_DIR
+from benchmark.search.study import SAMPLERS
+
+
+def _losses() -> list[str]:
+    out = []
+    for name, s in LOSSES.items():
+        kind = f"pair-based (m=4)" if s.pair_based else "class-based (m=1)"
+        out.append(f"{name:12s} {s.display_name} [{s.source}; {kind}; {s.embedding_space}"
+                   f"{'; learnable params' if s.has_parameters else ''}]")
+        if s.description:
+            out.append(f"    {s.description}")
+        out.append("    defaults: " + ", ".join(f"{k}={v:g}" for k, v in s.defaults.items()))
+        space = ", ".join(
+            f"{k} ∈ [{d.low:g}, {d.high:g}]{' log' if d.log else ''}" for k, d in s.search_space.items()
+        )
+        out.append(f"    search:   {space or '(nothing to tune)'}")
+    return out
+
+
+def _datasets() -> list[str]:
+    return [f"{n:12s} {s.description}{' (needs --data-dir)' if s.requires_data_dir else ''}"
+            for n, s in DATASETS.items()]
+
+
+def _protocols() -> list[str]:
+    out = []
+    for path in sorted(PROTOCOLS_DIR.glob("*.toml")):
+        data = load_protocol_file(path.stem)
+        out.append(f"{path.stem:12s} {data.get('protocol', {}).get('description', '')}  ({path})")
+    return out
+
+
+def _budgets() -> list[str]:
+    out = []
+    for n, b in BUDGETS.items():
+        out.append(f"{n:8s} {b.description}")
+        for k, v in b.overrides.items():
+            out.append(f"    {k} = {v!r}")
+    return out
+
+
+def _trunks() -> list[str]:
+    return [f"{n:12s} {s.description}" for n, s in TRUNKS.items()]
+
+
+def _metrics() -> list[str]:
+    return [f"{n:16s} {s.display_name} ({'higher' if s.higher_is_better else 'lower'} is better)"
+            for n, s in METRICS.items()]
+
+
+def _samplers() -> list[str]:
+    return [f"{n:8s} {doc}" for n, doc in SAMPLERS.items()]
+
+
+KINDS: dict[str, Callable[[], list[str]]] = {
+    "losses": _losses,
+    "datasets": _datasets,
+    "protocols": _protocols,
+    "budgets": _budgets,
+    "trunks": _trunks,
+    "metrics": _metrics,
+    "samplers": _samplers,
+}
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("list", help="list registered components", description=__doc__)
+    p.add_argument("kind", help=" | ".join(KINDS))
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.kind not in KINDS:
+        raise UnknownNameError("list kind", args.kind, list(KINDS))
+    print("\n".join(KINDS[args.kind]()))
+    return 0

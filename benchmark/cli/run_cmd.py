@@ -1,0 +1,61 @@
+"""``dmlbench run``: search, test stage, evaluation, record and leaderboard for one loss."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import parse_set_option
+from benchmark.protocol.runner import MLRCRun, RunRequest
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a protocol for one loss", description=__doc__)
+    p.add_argument("--protocol", default="mlrc", help="protocol file in protocols/ (default: mlrc)")
+    p.add_argument("--loss", required=True, help="loss name (see `dmlbench list losses`)")
+    p.add_argument("--dataset", default=None, help="dataset name (default: the protocol's, glyphs)")
+    p.add_argument("--data-dir", default=None, help="where the dataset's files are")
+    p.add_argument("--budget", default="mini", help="paper | mini | smoke (default: mini)")
+    p.add_argument("--seed", type=int, default=0, help="run seed (folds are seed-free; models, samplers use it)")
+    p.add_argument("--sampler", default=None, help="gp | tpe | random (default: the protocol's, gp)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config value, e.g. --set train.lr=1e-4 or --set loss.margin=0.1 (repeatable)",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs"), help="run artefacts directory (default: runs/)")
+    p.add_argument("--results-dir", type=Path, default=Path("results"), help="records and leaderboards")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:i]")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    overrides = dict(parse_set_option(item) for item in args.overrides)
+    request = RunRequest(
+        loss=args.loss,
+        protocol=args.protocol,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        budget=args.budget,
+        seed=args.seed,
+        sampler=args.sampler,
+        overrides=overrides,
+        out=args.out,
+        results_dir=args.results_dir,
+        device=args.device,
+        quiet=args.quiet,
+    )
+    result = MLRCRun(request).run()
+    md = result.leaderboard_paths[0]
+    print()
+    print(md.read_text(encoding="utf-8"))
+    timings = result.record["timings_s"]
+    print(
+        "timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+    )
+    print(f"record:      {result.record_path}")
+    print(f"run dir:     {result.run_dir}")
+    for path in result.leaderboard_paths:
+        print(f"leaderboard: {path}")
+    return 0

@@ -1,0 +1,284 @@
+"""Strict, typed run configuration.
+
+A run's configuration is built in layers: the protocol file (``protocols/<name>.toml``, the
+paper's numbers), then the budget's overrides, then the user's ``--set key=value`` overrides.
+Every layer is validated against the dataclasses below before any compute starts: an unknown
+key or a value of the wrong type is a :class:`ConfigError` that names the key.
+
+Deviations from the paper are *derived* by diffing the resolved config against the protocol
+file alone, so they can never be forgotten or hand-typed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from benchmark.errors import ConfigError
+
+T = TypeVar("T")
+
+PROTOCOLS_DIR = Path(__file__).resolve().parent.parent / "protocols"
+
+
+@dataclass(frozen=True)
+class ProtocolSection:
+    """Which protocol this is and how it splits the classes."""
+
+    name: str = "mlrc"
+    description: str = ""
+    n_folds: int = 4
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset choice and image geometry."""
+
+    dataset: str = "glyphs"
+    data_dir: str = ""
+    image_size: int = 227
+    augment: str = "paper"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Trunk and embedder."""
+
+    trunk: str = "bninception"
+    pretrained: bool = True
+    trunk_weights: str = ""
+    embedding_dim: int = 128
+    freeze_trunk_bn: bool = True
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One fold's training schedule (SPEC §2.2)."""
+
+    batch_size: int = 32
+    iters_per_epoch: int = 100
+    max_epochs: int = 1000
+    eval_every: int = 2
+    patience: int = 5
+    lr: float = 1e-6
+    weight_decay: float = 1e-4
+    momentum: float = 0.9
+    param_momentum: float = 0.9
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Hyperparameter search (SPEC §2.3)."""
+
+    n_trials: int = 50
+    n_startup_trials: int = 5
+    sampler: str = "gp"
+    prune: bool = False
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    """Test-stage retraining and evaluation (SPEC §2.4)."""
+
+    reps: int = 10
+    metrics: tuple[str, ...] = ("map_at_r", "precision_at_1", "r_precision")
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's results (plus the loss's fixed hyperparameters)."""
+
+    protocol: ProtocolSection = field(default_factory=ProtocolSection)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    test: TestConfig = field(default_factory=TestConfig)
+    # Loss hyperparameters fixed by the user (``--set loss.margin=0.1``): removed from the search.
+    loss: Mapping[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict parsing of nested mappings into the dataclasses above.
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"Config key {key!r} must be a table/section, got {type(value).__name__}.")
+        return _build(tp, value, key)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"Config key {key!r} must be a list, got {value!r}.")
+        return tuple(_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict) or origin is typing.get_origin(Mapping[str, float]):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"Config key {key!r} must be a table of numbers, got {value!r}.")
+        return {str(k): _coerce(v, float, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(tp, types.UnionType):
+        raise ConfigError(f"internal: union type at {key!r} is not supported")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"Config key {key!r} must be true or false, got {value!r}.")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"Config key {key!r} must be an integer, got {value!r}.")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"Config key {key!r} must be a number, got {value!r}.")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"Config key {key!r} must be a string, got {value!r}.")
+        return value
+    raise ConfigError(f"internal: unsupported config type {_type_name(tp)} at {key!r}")
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        where = f"section [{prefix}]" if prefix else "the top level"
+        raise ConfigError(
+            f"Unknown config key {', '.join(repr(_join(prefix, u)) for u in unknown)} in {where}. "
+            f"Valid keys there: {', '.join(names)}."
+        )
+    kwargs = {k: _coerce(v, hints[k], _join(prefix, k)) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
+    """Validate a nested mapping (e.g. a parsed TOML file) into a :class:`RunConfig`."""
+    return _build(RunConfig, data)
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    """JSON-friendly nested dict of a config (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def config_hash(config: RunConfig) -> str:
+    """Short stable hash of the resolved config; runs with different configs never share a directory."""
+    canonical = json.dumps(config_to_dict(config), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def dotted_to_nested(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"train.lr": 1e-3}`` -> ``{"train": {"lr": 1e-3}}``."""
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if any(not p for p in parts):
+            raise ConfigError(f"Malformed config key {key!r}: expected section.key, e.g. train.lr.")
+        cur = nested
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+            if not isinstance(cur, dict):
+                raise ConfigError(f"Config key {key!r} conflicts with another override.")
+        cur[parts[-1]] = value
+    return nested
+
+
+def parse_set_option(item: str) -> tuple[str, Any]:
+    """Parse one ``--set key=value``; the value is read as TOML (numbers, booleans, lists, strings)."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got {item!r}.")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # bare words are strings: --set data.dataset=omniglot
+    return key, value
+
+
+def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[str, Any]:
+    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config)."""
+    path = protocols_dir / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"Protocol file {path} does not exist.")
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
+
+
+def resolve_config(
+    protocol_data: Mapping[str, Any],
+    budget_overrides: Mapping[str, Any],
+    user_overrides: Mapping[str, Any],
+) -> tuple[RunConfig, RunConfig]:
+    """Return ``(resolved, paper)``: protocol ∘ budget ∘ user overrides, and the protocol alone.
+
+    Each layer is validated on its own first so an error names the layer's key.
+    """
+    paper = config_from_mapping(protocol_data)
+    budget_nested = dotted_to_nested(budget_overrides)
+    user_nested = dotted_to_nested(user_overrides)
+    config_from_mapping(_deep_merge(protocol_data, budget_nested))
+    merged = _deep_merge(_deep_merge(protocol_data, budget_nested), user_nested)
+    return config_from_mapping(merged), paper
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """One setting that differs from the protocol's paper value."""
+
+    key: str
+    paper: Any
+    value: Any
+
+    def describe(self) -> str:
+        return f"{self.key} = {self.value!r} (paper: {self.paper!r})"
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = _join(prefix, k)
+        if isinstance(v, Mapping) and v and k != "loss":
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def deviations(resolved: RunConfig, paper: RunConfig) -> list[Deviation]:
+    """Every leaf setting whose value differs from the paper configuration."""
+    a = _flatten(config_to_dict(resolved))
+    b = _flatten(config_to_dict(paper))
+    return [Deviation(k, b.get(k), a[k]) for k in sorted(a) if a[k] != b.get(k)]

@@ -1,0 +1,154 @@
+"""In-memory image datasets, their load options and the dataset registry."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmark.errors import ConfigError, DataError
+from benchmark.registry import Registry
+
+# Below this side length characters and natural images alike stop carrying usable detail.
+MIN_IMAGE_SIZE = 8
+
+
+# eq=False: the generated __eq__/__hash__ would compare arrays element-wise and fail; a dataset's
+# identity for records is its fingerprint().
+@dataclass(frozen=True, eq=False)
+class ImageDataset:
+    """A labelled image set held in memory.
+
+    ``images`` is uint8 ``(N, C, H, W)`` (C = 1 for grayscale); ``labels`` is int64 ``(N,)`` with
+    stable class ids that need not be contiguous; ``class_names`` maps class ids to readable names
+    where the dataset has them.
+    """
+
+    name: str
+    images: torch.Tensor
+    labels: np.ndarray
+    class_names: Mapping[int, str] = field(default_factory=dict)
+
+    def classes(self) -> np.ndarray:
+        """Sorted unique class ids."""
+        return np.unique(self.labels)
+
+    def subset(self, class_ids: Sequence[int]) -> ImageDataset:
+        """The images of the given classes only, in their original order."""
+        wanted = np.asarray(list(class_ids), dtype=np.int64)
+        unknown = np.setdiff1d(wanted, self.labels)
+        if unknown.size:
+            raise DataError(
+                f"Dataset {self.name!r} has no class(es) {unknown[:10].tolist()}"
+                f"{' ...' if unknown.size > 10 else ''}; it has {self.classes().size} classes."
+            )
+        mask = np.isin(self.labels, wanted)
+        index = torch.from_numpy(np.flatnonzero(mask))
+        kept = set(wanted.tolist())
+        return ImageDataset(
+            name=self.name,
+            images=self.images[index],
+            labels=self.labels[mask].copy(),
+            class_names={c: n for c, n in self.class_names.items() if c in kept},
+        )
+
+    def fingerprint(self) -> str:
+        """Short content hash of labels and image bytes, stable across processes and machines."""
+        digest = hashlib.sha256()
+        digest.update(repr((tuple(self.images.shape), self.labels.shape)).encode())
+        digest.update(np.ascontiguousarray(self.labels, dtype="<i8").tobytes())
+        digest.update(self.images.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """Where a dataset is read from, the square side its images are resized to, and a cache folder."""
+
+    data_dir: Path | None
+    image_size: int
+    cache_dir: Path
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered dataset: its name, a one-line description and how to load it."""
+
+    name: str
+    description: str
+    requires_data_dir: bool
+    load: Callable[[DatasetOptions], ImageDataset]
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
+    """Load the registered dataset ``name`` and check that it has the promised shape and types."""
+    spec = DATASETS.get(name)
+    if options.image_size < MIN_IMAGE_SIZE:
+        raise ConfigError(f"image_size must be at least {MIN_IMAGE_SIZE} px, got {options.image_size}.")
+    if spec.requires_data_dir and options.data_dir is None:
+        raise DataError(f"Dataset {name!r} reads files from disk: pass its folder as the data directory.")
+    dataset = spec.load(options)
+    validate_dataset(dataset, options.image_size)
+    return dataset
+
+
+def validate_dataset(dataset: ImageDataset, image_size: int) -> None:
+    """Raise DataError unless ``dataset`` holds uint8 (N, C, S, S) images and N int64 labels."""
+    images, labels = dataset.images, dataset.labels
+    where = f"Dataset {dataset.name!r}"
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.ndim != 4:
+        raise DataError(f"{where}: images must be a uint8 tensor of shape (N, C, H, W), got {_describe(images)}.")
+    if images.shape[1] not in (1, 3):
+        raise DataError(f"{where}: images must have 1 or 3 channels, got {images.shape[1]}.")
+    if tuple(images.shape[2:]) != (image_size, image_size):
+        raise DataError(f"{where}: images are {tuple(images.shape[2:])}, expected ({image_size}, {image_size}).")
+    if not isinstance(labels, np.ndarray) or labels.dtype != np.int64 or labels.ndim != 1:
+        raise DataError(f"{where}: labels must be an int64 numpy array of shape (N,), got {_describe(labels)}.")
+    if labels.shape[0] != images.shape[0]:
+        raise DataError(f"{where}: {images.shape[0]} images but {labels.shape[0]} labels.")
+    if labels.shape[0] == 0:
+        raise DataError(f"{where} is empty.")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{type(value).__name__} {value.dtype} {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def save_npz_atomically(path: Path, **arrays: np.ndarray) -> None:
+    """Write ``arrays`` to ``path`` so that concurrent readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A temporary file in the same folder, then an atomic rename: several processes (parallel
+    # tests, concurrent runs) may build the same cache entry at once.
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
+    """The arrays ``keys`` from the cache file ``path``, or None when it is missing or unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in keys}
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        # A missing, truncated or older-format cache is rebuilt rather than reported.
+        return None

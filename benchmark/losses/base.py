@@ -1,0 +1,206 @@
+"""The loss registry: what a loss declares and how the trainer builds it.
+
+A loss is registered as a :class:`LossSpec`. The spec carries everything the protocol needs
+without instantiating the loss: its hyperparameter defaults, its MLRC search space (SPEC §3),
+whether it is pair-based (sampler with ``m = 4`` images per class) or class/proxy-based
+(``m = 1``), whether it owns learnable parameters (proxies, mean fields, anchors, β; the trainer
+gives those their own RMSprop with ``lr = param_lr``), and the embedding space used for
+retrieval.
+
+Every built loss module has the same call signature::
+
+    loss = build_loss("mfcont", LossContext(num_classes=C, embedding_dim=D), {"m_p": 0.05})
+    value = loss(embeddings, labels)   # (B, D) raw embeddings, (B,) labels in 0..C-1 -> scalar
+
+Cosine-space losses normalise the raw embeddings themselves; the euclidean-space loss
+(``cam``) uses them as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.registry import Registry
+
+__all__ = [
+    "DEFAULT_PARAM_LR",
+    "LOSSES",
+    "PARAM_LR",
+    "PARAM_LR_SEARCH",
+    "LossContext",
+    "LossFactory",
+    "LossSpec",
+    "SearchDim",
+    "build_loss",
+    "check_integer",
+    "check_positive",
+    "register_loss",
+    "resolve_params",
+]
+
+#: Name of the hyperparameter holding the learning rate of a loss's own parameters.
+PARAM_LR = "param_lr"
+
+#: Default learning rate of loss parameters (proxies, mean fields, anchors, β).
+#:
+#: The trainer optimises them with their own RMSprop. RMSprop's step per coordinate is about
+#: ``lr`` whatever the gradient scale, so 1e-2 moves a unit-scale (N(0, 1)-initialised) proxy
+#: coordinate by ~1 % per iteration: fast enough that proxies keep up with an embedder trained
+#: at 1e-6..1e-4 (the usual "proxies at 100x the backbone lr" rule of Proxy-Anchor and the MPA
+#: papers, which used 1e-2 with AdamW), slow enough not to oscillate. It is tuned on
+#: [1e-6, 1] (log) by the MLRC search anyway; the default matters for fixed-parameter protocols.
+DEFAULT_PARAM_LR = 1e-2
+
+
+@dataclass(frozen=True)
+class SearchDim:
+    """One dimension of a hyperparameter search space (a closed interval, optionally log scale)."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise ValueError(f"SearchDim needs finite low <= high, got [{self.low}, {self.high}].")
+        if self.log and self.low <= 0:
+            raise ValueError(f"A log-scale SearchDim needs low > 0, got {self.low}.")
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int | float) and self.low <= value <= self.high
+
+
+#: The MLRC range of every loss-parameter learning rate (SPEC §2.2 and §3).
+PARAM_LR_SEARCH = SearchDim(1e-6, 1.0, log=True)
+
+
+@dataclass(frozen=True)
+class LossContext:
+    """What a loss needs to know about the fold it is trained on."""
+
+    num_classes: int
+    """C, the number of training classes of the fold; labels given to ``forward`` are 0..C-1."""
+    embedding_dim: int
+    """D, the width of the embeddings given to ``forward``."""
+
+
+LossFactory = Callable[[LossContext, Mapping[str, float]], torch.nn.Module]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Everything the benchmark knows about a loss before building it."""
+
+    name: str
+    display_name: str
+    factory: LossFactory
+    """Builds the loss module from a context and a *complete* parameter mapping (see
+    :func:`resolve_params`)."""
+    defaults: Mapping[str, float]
+    """Every hyperparameter with its default, including ``param_lr`` when ``has_parameters``."""
+    search_space: Mapping[str, SearchDim]
+    """The tuned hyperparameters (keys are a subset of ``defaults``), MLRC ranges (SPEC §3)."""
+    pair_based: bool
+    """True: the sampler draws m = 4 images per class; False: m = 1 (class/proxy-based)."""
+    has_parameters: bool
+    """True: the module has learnable parameters, optimised with RMSprop(lr=param_lr)."""
+    embedding_space: Literal["cosine", "euclidean"]
+    param_weight_decay: float = 1e-4
+    """Weight decay of the loss-parameter optimiser (0 for MarginLoss β, SPEC §2.2)."""
+    source: Literal["pml", "dmlbench"] = "pml"
+    description: str = ""
+    """One line for ``dmlbench list losses``."""
+
+    def __post_init__(self) -> None:
+        # A malformed spec is a programming error in a loss module, caught at import time.
+        extra = sorted(set(self.search_space) - set(self.defaults))
+        if extra:
+            raise DmlbenchError(f"Loss {self.name!r}: search keys {extra} have no default.")
+        if self.has_parameters != (PARAM_LR in self.defaults):
+            raise DmlbenchError(
+                f"Loss {self.name!r}: {PARAM_LR!r} must be a default exactly when has_parameters."
+            )
+        for key, dim in self.search_space.items():
+            if self.defaults[key] not in dim:
+                raise DmlbenchError(
+                    f"Loss {self.name!r}: default {key}={self.defaults[key]} is outside its "
+                    f"search range [{dim.low}, {dim.high}]."
+                )
+
+    @property
+    def m_per_class(self) -> int:
+        """Images per class in a batch: 4 for pair-based losses, 1 for class/proxy-based ones."""
+        return 4 if self.pair_based else 1
+
+
+LOSSES: Registry[LossSpec] = Registry("loss")
+
+
+def register_loss(spec: LossSpec) -> LossSpec:
+    """Add ``spec`` to :data:`LOSSES` under ``spec.name`` and return it."""
+    return LOSSES.register(spec.name, spec)
+
+
+def resolve_params(spec: LossSpec, overrides: Mapping[str, float]) -> dict[str, float]:
+    """Return the spec's defaults updated with ``overrides``, as floats.
+
+    Raises :class:`ConfigError` for a key the loss does not have (naming the valid keys), a
+    value that is not a finite real number, or a value <= 0 for a log-scale hyperparameter.
+    Values outside the search range are otherwise allowed (fixed-parameter protocols use them);
+    the factories reject values the formula cannot take.
+    """
+    unknown = sorted(set(overrides) - set(spec.defaults))
+    if unknown:
+        raise ConfigError(
+            f"Loss {spec.name!r} has no hyperparameter {', '.join(repr(k) for k in unknown)}. "
+            f"Valid keys: {', '.join(spec.defaults)}."
+        )
+    resolved = dict(spec.defaults)
+    for key, value in overrides.items():
+        # bool is an int subclass; `margin = true` in a protocol file is a mistake, not 1.0.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(
+                f"Loss {spec.name!r}: hyperparameter {key!r} must be a finite number, got {value!r}."
+            )
+        dim = spec.search_space.get(key)
+        if dim is not None and dim.log and value <= 0:
+            # A log-scale hyperparameter (temperature, scale, learning rate) is positive by nature.
+            raise ConfigError(f"Loss {spec.name!r}: hyperparameter {key!r} must be > 0, got {value!r}.")
+        resolved[key] = float(value)
+    return {key: float(value) for key, value in resolved.items()}
+
+
+def build_loss(name: str, ctx: LossContext, params: Mapping[str, float]) -> torch.nn.Module:
+    """Build the registered loss ``name`` for ``ctx`` with ``params`` overriding its defaults."""
+    spec = LOSSES.get(name)
+    if ctx.num_classes < 1 or ctx.embedding_dim < 1:
+        raise ConfigError(
+            f"Loss {name!r} needs num_classes >= 1 and embedding_dim >= 1, got "
+            f"num_classes={ctx.num_classes}, embedding_dim={ctx.embedding_dim}."
+        )
+    return spec.factory(ctx, resolve_params(spec, params))
+
+
+# --- parameter checks shared by the factories -------------------------------------------------
+
+
+def check_positive(loss: str, params: Mapping[str, float], *keys: str) -> None:
+    """Raise :class:`ConfigError` unless every ``params[key]`` is > 0."""
+    for key in keys:
+        if not params[key] > 0:
+            raise ConfigError(f"Loss {loss!r}: {key} must be > 0, got {params[key]}.")
+
+
+def check_integer(loss: str, params: Mapping[str, float], key: str, minimum: int) -> int:
+    """Return ``params[key]`` as an int, raising :class:`ConfigError` unless it is a whole number
+    >= ``minimum``."""
+    value = params[key]
+    if value != int(value) or int(value) < minimum:
+        raise ConfigError(f"Loss {loss!r}: {key} must be a whole number >= {minimum}, got {value}.")
+    return int(value)

@@ -1,0 +1,384 @@
+"""Baseline losses from pytorch-metric-learning (PML), with the MLRC search spaces of SPEC §3.
+
+Each factory builds the PML class with the hyperparameters named as in SPEC; where SPEC gives no
+default the PML constructor default is used. All of these are cosine-space losses: PML's default
+distances normalise the embeddings (``LpDistance``/``CosineSimilarity``/``SNRDistance`` with
+``normalize_embeddings=True``), so the raw embeddings can be passed as they are.
+
+Choices where SPEC / MLRC leave room:
+
+* ``margin`` learns a single shared β (PML ``learn_beta=True`` without ``num_classes``); its
+  optimiser has no weight decay (SPEC §2.2). The β regulariser weight ν is 0 (PML default).
+* ``snr`` feeds PML the *normalised* embeddings, so its zero-mean regulariser acts on the unit
+  sphere like the loss term; on raw embeddings the model could satisfy it by shrinking the
+  embedding norm, which the (scale-invariant) loss term does not notice.
+* ``proxynca`` is PML's ProxyNCALoss evaluated in log space (:class:`LogSpaceProxyNCALoss`):
+  same formula, but PML's softmax-then-log gives infinite gradients at large ``softmax_scale``.
+* ``ms-miner`` is MultiSimilarityLoss on the pairs selected by MultiSimilarityMiner(ε).
+* ``softtriple`` uses K = ``centers_per_class`` = 10 centres and PML's SparseCentersRegularizer
+  with weight τ; with K = 1 the regulariser is undefined and omitted.
+* Search ranges SPEC states without a scale are linear, as in MLRC.
+
+Batches without a positive pair (possible only off the MLRC sampler): ``triplet``, ``ntxent``,
+``margin`` and ``ms-miner`` have no tuple to use and return PML's zero loss (0, still attached
+to the graph, so ``backward()`` works); ``contrastive``, ``snr`` and ``ms`` return their
+negative-pair terms only; the proxy/classification losses are unaffected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from pytorch_metric_learning import losses, miners, regularizers
+from pytorch_metric_learning.utils import common_functions as c_f
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+from torch import Tensor, nn
+
+from benchmark.losses.base import (
+    DEFAULT_PARAM_LR,
+    PARAM_LR,
+    PARAM_LR_SEARCH,
+    LossContext,
+    LossFactory,
+    LossSpec,
+    SearchDim,
+    check_integer,
+    check_positive,
+    register_loss,
+)
+
+__all__ = ["LogSpaceProxyNCALoss", "MinedLoss", "NormalizedInputLoss"]
+
+
+class MinedLoss(nn.Module):
+    """A PML loss applied to the tuples its miner selects from the batch."""
+
+    def __init__(self, loss: nn.Module, miner: nn.Module) -> None:
+        super().__init__()
+        self.loss = loss
+        self.miner = miner
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        out: Tensor = self.loss(embeddings, labels, self.miner(embeddings, labels))
+        return out
+
+
+class LogSpaceProxyNCALoss(losses.ProxyNCALoss):  # type: ignore[misc]  # PML is untyped
+    """PML's ProxyNCALoss evaluated in log space.
+
+    PML computes ``-log(Σ_{same class} softmax(scale · -d²))`` as a softmax followed by a log.
+    At large ``softmax_scale`` (the MLRC range reaches 100, i.e. logits down to -400) the softmax
+    underflows to denormals whose log has a gradient of ~1e40, i.e. inf in float32. Here the same
+    quantity is ``logsumexp_{same class} - logsumexp_{all}``: identical values, finite gradients.
+    PML also drops samples whose probability underflowed to exactly 0; nothing underflows here,
+    so every sample counts.
+    """
+
+    def nca_computation(
+        self,
+        query: Tensor,
+        reference: Tensor,
+        query_labels: Tensor,
+        reference_labels: Tensor,
+        indices_tuple: object,
+    ) -> dict[str, dict[str, object]]:
+        miner_weights = lmu.convert_to_weights(indices_tuple, query_labels, dtype=query.dtype)
+        mat = self.distance(query, reference)
+        if not self.distance.is_inverted:
+            mat = -mat
+        logits = self.softmax_scale * mat
+        same = query_labels.unsqueeze(1) == reference_labels.unsqueeze(0)
+        log_same = torch.logsumexp(logits.masked_fill(~same, -math.inf), dim=1)
+        loss = (torch.logsumexp(logits, dim=1) - log_same) * miner_weights
+        return {
+            "loss": {
+                "losses": loss,
+                "indices": c_f.torch_arange_from_size(query),
+                "reduction_type": "element",
+            }
+        }
+
+
+class NormalizedInputLoss(nn.Module):
+    """A loss called on L2-normalised embeddings (for terms that would see the raw norm)."""
+
+    def __init__(self, loss: nn.Module) -> None:
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        out: Tensor = self.loss(F.normalize(embeddings, dim=1), labels)
+        return out
+
+
+# --- factories ---------------------------------------------------------------------------------
+
+
+def _contrastive(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = losses.ContrastiveLoss(pos_margin=p["pos_margin"], neg_margin=p["neg_margin"])
+    return loss
+
+
+def _triplet(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = losses.TripletMarginLoss(margin=p["margin"], triplets_per_anchor="all")
+    return loss
+
+
+def _ntxent(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    check_positive("ntxent", p, "temperature")
+    loss: nn.Module = losses.NTXentLoss(temperature=p["temperature"])
+    return loss
+
+
+def _margin(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = losses.MarginLoss(
+        margin=p["margin"], nu=0.0, beta=p["beta"], triplets_per_anchor="all", learn_beta=True
+    )
+    return loss
+
+
+def _snr(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = NormalizedInputLoss(
+        losses.SignalToNoiseRatioContrastiveLoss(
+            pos_margin=p["pos_margin"],
+            neg_margin=p["neg_margin"],
+            embedding_regularizer=regularizers.ZeroMeanRegularizer(),
+            embedding_reg_weight=p["reg_weight"],
+        )
+    )
+    return loss
+
+
+def _ms(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    check_positive("ms", p, "alpha", "beta")
+    loss: nn.Module = losses.MultiSimilarityLoss(alpha=p["alpha"], beta=p["beta"], base=p["base"])
+    return loss
+
+
+def _ms_miner(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    return MinedLoss(_ms(ctx, p), miners.MultiSimilarityMiner(epsilon=p["epsilon"]))
+
+
+def _proxynca(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = LogSpaceProxyNCALoss(
+        num_classes=ctx.num_classes, embedding_size=ctx.embedding_dim, softmax_scale=p["softmax_scale"]
+    )
+    return loss
+
+
+def _normsoftmax(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    check_positive("normsoftmax", p, "temperature")
+    loss: nn.Module = losses.NormalizedSoftmaxLoss(
+        num_classes=ctx.num_classes, embedding_size=ctx.embedding_dim, temperature=p["temperature"]
+    )
+    return loss
+
+
+def _cosface(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = losses.CosFaceLoss(
+        num_classes=ctx.num_classes, embedding_size=ctx.embedding_dim, margin=p["margin"], scale=p["scale"]
+    )
+    return loss
+
+
+def _arcface(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    # PML takes the angular margin in degrees and converts it to radians itself.
+    loss: nn.Module = losses.ArcFaceLoss(
+        num_classes=ctx.num_classes, embedding_size=ctx.embedding_dim, margin=p["margin"], scale=p["scale"]
+    )
+    return loss
+
+
+def _softtriple(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    check_positive("softtriple", p, "gamma")
+    k = check_integer("softtriple", p, "centers_per_class", 1)
+    reg = {}
+    if k > 1:
+        reg = {
+            "weight_regularizer": regularizers.SparseCentersRegularizer(ctx.num_classes, k),
+            "weight_reg_weight": p["reg_weight"],
+        }
+    loss: nn.Module = losses.SoftTripleLoss(
+        num_classes=ctx.num_classes,
+        embedding_size=ctx.embedding_dim,
+        centers_per_class=k,
+        la=p["la"],
+        gamma=p["gamma"],
+        margin=p["margin"],
+        **reg,
+    )
+    return loss
+
+
+def _proxyanchor(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
+    loss: nn.Module = losses.ProxyAnchorLoss(
+        num_classes=ctx.num_classes, embedding_size=ctx.embedding_dim, margin=p["margin"], alpha=p["alpha"]
+    )
+    return loss
+
+
+# --- registration ------------------------------------------------------------------------------
+
+_MARGIN_RANGE = SearchDim(-0.2, 2.0)
+_LR = {PARAM_LR: DEFAULT_PARAM_LR}
+_LR_SEARCH = {PARAM_LR: PARAM_LR_SEARCH}
+
+
+def _pml(
+    name: str,
+    display_name: str,
+    factory: LossFactory,
+    defaults: Mapping[str, float],
+    search_space: Mapping[str, SearchDim],
+    *,
+    pair_based: bool,
+    description: str,
+    param_weight_decay: float = 1e-4,
+) -> None:
+    has_parameters = PARAM_LR in defaults
+    register_loss(
+        LossSpec(
+            name=name,
+            display_name=display_name,
+            factory=factory,
+            defaults=defaults,
+            search_space=search_space,
+            pair_based=pair_based,
+            has_parameters=has_parameters,
+            embedding_space="cosine",
+            param_weight_decay=param_weight_decay,
+            source="pml",
+            description=description,
+        )
+    )
+
+
+_pml(
+    "contrastive",
+    "Contrastive",
+    _contrastive,
+    {"pos_margin": 0.0, "neg_margin": 1.0},
+    {"pos_margin": _MARGIN_RANGE, "neg_margin": _MARGIN_RANGE},
+    pair_based=True,
+    description="Hinge on positive and negative pair distances (Hadsell et al. 2006).",
+)
+_pml(
+    "triplet",
+    "Triplet",
+    _triplet,
+    {"margin": 0.05},
+    {"margin": _MARGIN_RANGE},
+    pair_based=True,
+    description="Triplet margin loss over all triplets of the batch.",
+)
+_pml(
+    "ntxent",
+    "NT-Xent",
+    _ntxent,
+    {"temperature": 0.07},
+    {"temperature": SearchDim(1e-5, 100.0, log=True)},
+    pair_based=True,
+    description="Normalised temperature-scaled cross entropy over positive pairs (InfoNCE).",
+)
+_pml(
+    "margin",
+    "Margin",
+    _margin,
+    {"margin": 0.2, "beta": 1.2, **_LR},
+    {"margin": _MARGIN_RANGE, "beta": _MARGIN_RANGE, **_LR_SEARCH},
+    pair_based=True,
+    param_weight_decay=0.0,
+    description="Margin loss with a learnable boundary β (Wu et al. 2017).",
+)
+_pml(
+    "snr",
+    "SNR Contrastive",
+    _snr,
+    {"pos_margin": 0.0, "neg_margin": 1.0, "reg_weight": 0.1},
+    {"pos_margin": SearchDim(0.0, 2.0), "neg_margin": SearchDim(0.0, 2.0), "reg_weight": SearchDim(0.0, 1.0)},
+    pair_based=True,
+    description="Contrastive loss on signal-to-noise-ratio distances with a zero-mean regulariser.",
+)
+_MS_DEFAULTS = {"alpha": 2.0, "beta": 50.0, "base": 0.5}
+_MS_SEARCH = {"alpha": SearchDim(0.01, 100.0), "beta": SearchDim(0.01, 100.0), "base": SearchDim(0.0, 1.0)}
+_pml(
+    "ms",
+    "MultiSimilarity",
+    _ms,
+    _MS_DEFAULTS,
+    _MS_SEARCH,
+    pair_based=True,
+    description="MultiSimilarity loss over all pairs of the batch (Wang et al. 2019).",
+)
+_pml(
+    "ms-miner",
+    "MultiSimilarity + miner",
+    _ms_miner,
+    {**_MS_DEFAULTS, "epsilon": 0.1},
+    {**_MS_SEARCH, "epsilon": SearchDim(0.0, 1.0)},
+    pair_based=True,
+    description="MultiSimilarity loss on the pairs chosen by the MultiSimilarity miner.",
+)
+_pml(
+    "proxynca",
+    "ProxyNCA",
+    _proxynca,
+    {"softmax_scale": 1.0, **_LR},
+    {"softmax_scale": SearchDim(0.01, 100.0), **_LR_SEARCH},
+    pair_based=False,
+    description="NCA between samples and one learnable proxy per class.",
+)
+_pml(
+    "normsoftmax",
+    "NormSoftmax",
+    _normsoftmax,
+    {"temperature": 0.05, **_LR},
+    {"temperature": SearchDim(0.01, 100.0, log=True), **_LR_SEARCH},
+    pair_based=False,
+    description="Softmax over cosine similarities to normalised class weights.",
+)
+_pml(
+    "cosface",
+    "CosFace",
+    _cosface,
+    {"margin": 0.35, "scale": 64.0, **_LR},
+    {"margin": SearchDim(0.0, 1.0), "scale": SearchDim(0.01, 200.0), **_LR_SEARCH},
+    pair_based=False,
+    description="Large-margin cosine softmax (additive cosine margin).",
+)
+_pml(
+    "arcface",
+    "ArcFace",
+    _arcface,
+    {"margin": 28.6, "scale": 64.0, **_LR},
+    {"margin": SearchDim(0.0, 90.0), "scale": SearchDim(0.01, 200.0), **_LR_SEARCH},
+    pair_based=False,
+    description="Additive angular margin softmax; margin in degrees.",
+)
+_pml(
+    "softtriple",
+    "SoftTriple",
+    _softtriple,
+    {"la": 20.0, "gamma": 0.1, "margin": 0.01, "reg_weight": 0.2, "centers_per_class": 10.0, **_LR},
+    {
+        "la": SearchDim(0.01, 100.0),
+        "gamma": SearchDim(0.01, 100.0),
+        "margin": SearchDim(0.0, 1.0),
+        "reg_weight": SearchDim(0.0, 1.0),
+        **_LR_SEARCH,
+    },
+    pair_based=False,
+    description="Softmax over K centres per class with a sparse-centres regulariser τ.",
+)
+_pml(
+    "proxyanchor",
+    "ProxyAnchor",
+    _proxyanchor,
+    {"alpha": 32.0, "margin": 0.1, **_LR},
+    {"alpha": SearchDim(0.01, 100.0), "margin": SearchDim(0.0, 1.0), **_LR_SEARCH},
+    pair_based=False,
+    description="Proxy-anchored pair weighting over all samples of the batch (Kim et al. 2020).",
+)

@@ -1,0 +1,20 @@
+"""Retrieval and clustering metrics (SPEC §4): exact kNN, per-query metrics, the registry, evaluate()."""
+
+from benchmark.metrics.knn import SPACES, Space, knn, knn_batches
+from benchmark.metrics.registry import METRICS, MLRC_METRICS, MetricSpec, evaluate
+from benchmark.metrics.retrieval import map_at_r, num_relevant, precision_at_1, r_precision
+
+__all__ = [
+    "METRICS",
+    "MLRC_METRICS",
+    "SPACES",
+    "MetricSpec",
+    "Space",
+    "evaluate",
+    "knn",
+    "knn_batches",
+    "map_at_r",
+    "num_relevant",
+    "precision_at_1",
+    "r_precision",
+]

@@ -1,0 +1,169 @@
+"""Exact k-nearest-neighbour search with query = gallery and the query itself excluded.
+
+Tie rule: among gallery items with equal score, the one with the smaller gallery index ranks
+first, both inside the returned list and at its cut-off. faiss does not guarantee this: its heaps
+return ties in arbitrary order (``IndexFlatIP`` even in descending id order) and, for inner
+products, may keep a larger id over a smaller one at the k-th position. So each row is re-sorted
+by (score, index), and a row whose cut-off falls inside a group of equal scores (detected with
+one extra result) is searched again with a longer list until the whole group is in view.
+Such rows are rare with trained embeddings; a collapsed model (all embeddings equal) makes every
+row one, which costs a full ranking per query, still in bounded memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Literal, get_args
+
+import faiss
+import numpy as np
+
+Space = Literal["cosine", "euclidean"]
+SPACES: tuple[str, ...] = get_args(Space)
+
+# Most (query, neighbour) results held at once when a tie forces longer result lists:
+# 2^22 entries = 48 MiB of float32 scores plus int64 ids.
+MAX_RESULT_ENTRIES = 1 << 22
+
+
+def as_float32_matrix(embeddings: np.ndarray) -> np.ndarray:
+    """Validate ``embeddings`` as a finite 2-D array and return it as contiguous float32."""
+    x = np.ascontiguousarray(embeddings, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"embeddings must be a 2-D array (N, D); got shape {x.shape}.")
+    if not np.isfinite(x).all():
+        raise ValueError("embeddings contain NaN or inf; retrieval metrics are undefined for them.")
+    return x
+
+
+def check_space(space: str) -> None:
+    """Raise ``ValueError`` unless ``space`` is one of :data:`SPACES`."""
+    if space not in SPACES:
+        raise ValueError(f"Unknown space {space!r}; expected one of {', '.join(SPACES)}.")
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    """Return a float32 copy of ``x`` with unit-length rows; all-zero rows stay zero."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    # A zero vector has no direction; dividing by 1 keeps it zero instead of producing NaN.
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+def _build_index(x: np.ndarray, space: Space) -> tuple[faiss.Index, np.ndarray]:
+    """Return the faiss index over the gallery and the (possibly normalised) vectors it holds."""
+    if space == "cosine":
+        x = l2_normalise(x)
+        index: faiss.Index = faiss.IndexFlatIP(x.shape[1])
+    else:
+        index = faiss.IndexFlatL2(x.shape[1])
+    index.add(x)
+    return index, x
+
+
+def _batch_bounds(n: int, query_batch: int) -> list[tuple[int, int]]:
+    # Near-equal batch sizes: a tiny trailing batch would otherwise take faiss's non-BLAS code
+    # path (< 20 queries), whose float rounding differs slightly from the BLAS path.
+    n_batches = max(1, -(-n // query_batch))
+    edges = np.linspace(0, n, n_batches + 1).round().astype(np.int64)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def _search_sorted(
+    index: faiss.Index, queries: np.ndarray, m: int, space: Space
+) -> tuple[np.ndarray, np.ndarray]:
+    """faiss top-m search, each row re-sorted by (rank key, gallery index); smaller key is better."""
+    scores, ids = index.search(queries, m)
+    # Inner products are similarities: negate them so that smaller is better in both spaces.
+    keys = -scores if space == "cosine" else scores
+    order = np.lexsort((ids, keys), axis=1)
+    return np.take_along_axis(keys, order, axis=1), np.take_along_axis(ids.astype(np.int64), order, axis=1)
+
+
+def _resolve_cutoff_ties(index: faiss.Index, queries: np.ndarray, keep: int, space: Space) -> np.ndarray:
+    """The first ``keep`` items by (key, index) for queries whose cut-off lies inside a tie."""
+    n = index.ntotal
+    out = np.empty((len(queries), keep), dtype=np.int64)
+    pending = np.arange(len(queries))
+    m = min(2 * (keep + 1), n)
+    while pending.size:
+        rows_per_chunk = max(1, MAX_RESULT_ENTRIES // m)
+        unresolved = []
+        for chunk in np.array_split(pending, -(-pending.size // rows_per_chunk)):
+            keys, ids = _search_sorted(index, queries[chunk], m, space)
+            # Every item scoring as well as the cut-off one is in view once the list's last
+            # key is strictly worse (or the list is the whole gallery).
+            done = (keys[:, -1] != keys[:, keep - 1]) | (m == n)
+            out[chunk[done]] = ids[done, :keep]
+            unresolved.append(chunk[~done])
+        pending = np.concatenate(unresolved)
+        m = min(2 * m, n)
+    return out
+
+
+def _neighbours_of_block(
+    index: faiss.Index, queries: np.ndarray, query_ids: np.ndarray, k: int, space: Space
+) -> np.ndarray:
+    """k nearest other items for a block of gallery rows, ties by index, self removed by index."""
+    n = index.ntotal
+    keep = k + 1  # the query itself is normally among its own k + 1 best
+    m = min(keep + 1, n)  # one more, to see whether the cut-off splits a tie
+    keys, ids = _search_sorted(index, queries, m, space)
+    if m > keep:
+        tied = np.flatnonzero(keys[:, keep - 1] == keys[:, keep])
+        if tied.size:
+            ids[tied, :keep] = _resolve_cutoff_ties(index, queries[tied], keep, space)
+    ids = ids[:, :keep]
+    # Self is excluded by index, never by distance: an exact duplicate with a smaller index
+    # ranks before the query, and rounding can push the query below near-duplicates. If the
+    # query is not among its k + 1 best, the first k of them are the k best other items.
+    is_self = ids == query_ids[:, None]
+    is_self[~is_self.any(axis=1), -1] = True
+    return np.asarray(ids[~is_self].reshape(len(ids), k), dtype=np.int64)
+
+
+def knn_batches(
+    embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(start, neighbours)`` for consecutive query blocks; see :func:`knn`.
+
+    ``neighbours`` is an int64 array (block size, k') with k' = min(k, N - 1). Memory is bounded
+    by the index (N x D) plus one block of ``query_batch x (k' + 2)`` results (and at most
+    ``MAX_RESULT_ENTRIES`` more while a tie at the cut-off is resolved).
+    """
+    check_space(space)
+    if k < 0:
+        raise ValueError(f"k must be >= 0; got {k}.")
+    if query_batch < 1:
+        raise ValueError(f"query_batch must be >= 1; got {query_batch}.")
+    x = as_float32_matrix(embeddings)
+    n = x.shape[0]
+    k = min(k, max(n - 1, 0))
+    if k == 0:
+        # No neighbours requested (or a gallery of one item): no search needed.
+        for start, stop in _batch_bounds(n, query_batch):
+            yield start, np.empty((stop - start, 0), dtype=np.int64)
+        return
+    index, gallery = _build_index(x, space)
+    for start, stop in _batch_bounds(n, query_batch):
+        query_ids = np.arange(start, stop, dtype=np.int64)
+        yield start, _neighbours_of_block(index, gallery[start:stop], query_ids, k, space)
+
+
+def knn(embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048) -> np.ndarray:
+    """Exact k nearest neighbours of every row of ``embeddings`` among all other rows.
+
+    Query set = gallery = ``embeddings`` (N, D). Returns int64 indices (N, min(k, N - 1)), best
+    first, never containing the query's own index. ``space="cosine"`` ranks by inner product of
+    L2-normalised copies (faiss ``IndexFlatIP``), ``"euclidean"`` by L2 distance
+    (``IndexFlatL2``). Ties rank the smaller gallery index first (see the module docstring).
+    Queries are searched ``query_batch`` at a time, so no N x N matrix is ever built.
+    """
+    x = as_float32_matrix(embeddings)
+    n = x.shape[0]
+    out = np.empty((n, min(max(k, 0), max(n - 1, 0))), dtype=np.int64)
+    for start, block in knn_batches(x, k, space, query_batch=query_batch):
+        out[start : start + len(block)] = block
+    return out

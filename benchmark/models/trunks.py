@@ -1,0 +1,151 @@
+"""Trunk networks (feature extractors) and the embedder head.
+
+Each trunk maps images (B, C, H, W) to pooled features (B, F). Pretrained weights come only
+from a local file (``model.trunk_weights``): asking for pretrained weights without one is an
+error, never a silent random init.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from benchmark.errors import ConfigError
+from benchmark.registry import Registry
+
+
+@dataclass(frozen=True)
+class TrunkSpec:
+    """A registered trunk: how to build it and what it outputs."""
+
+    name: str
+    description: str
+    build: Callable[[int], tuple[nn.Module, int]]  # in_channels -> (module, feature dim)
+    has_public_weights: bool
+
+
+TRUNKS: Registry[TrunkSpec] = Registry("trunk")
+
+
+class SmallCNN(nn.Module):
+    """Four conv-BN-ReLU blocks with max-pooling, global average pooling: the CPU default trunk."""
+
+    def __init__(self, in_channels: int, widths: tuple[int, ...] = (32, 64, 96, 128)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        prev = in_channels
+        for i, w in enumerate(widths):
+            layers += [nn.Conv2d(prev, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True)]
+            # No pooling after the last block: at 28 px three halvings leave a 3x3 map to average.
+            if i < len(widths) - 1:
+                layers.append(nn.MaxPool2d(2))
+            prev = w
+        self.features = nn.Sequential(*layers)
+        self.out_dim = prev
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x).mean(dim=(2, 3))
+
+
+def _small_cnn(in_channels: int) -> tuple[nn.Module, int]:
+    net = SmallCNN(in_channels)
+    return net, net.out_dim
+
+
+def _torchvision_resnet(arch: str) -> Callable[[int], tuple[nn.Module, int]]:
+    def build(in_channels: int) -> tuple[nn.Module, int]:
+        import torchvision
+
+        net = getattr(torchvision.models, arch)(weights=None)
+        if in_channels != 3:
+            # Grayscale input: a fresh first conv; pretrained weights (3 channels) are averaged in
+            # load_trunk_weights if given.
+            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        out_dim = int(net.fc.in_features)
+        net.fc = nn.Identity()
+        return net, out_dim
+
+    return build
+
+
+TRUNKS.register(
+    "smallcnn",
+    TrunkSpec("smallcnn", "4-block CNN (32-64-96-128 ch), for small grayscale images on CPU", _small_cnn, False),
+)
+TRUNKS.register(
+    "resnet18",
+    TrunkSpec("resnet18", "torchvision ResNet-18 (512-d)", _torchvision_resnet("resnet18"), True),
+)
+TRUNKS.register(
+    "resnet50",
+    TrunkSpec("resnet50", "torchvision ResNet-50 (2048-d)", _torchvision_resnet("resnet50"), True),
+)
+
+
+def load_trunk_weights(trunk: nn.Module, path: Path) -> None:
+    """Load a local state dict into ``trunk`` (classifier keys ignored; shapes must otherwise match)."""
+    if not path.is_file():
+        raise ConfigError(f"Trunk weights file {path} does not exist (model.trunk_weights).")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    own = trunk.state_dict()
+    filtered = {k: v for k, v in state.items() if not k.startswith(("fc.", "last_linear."))}
+    for k, v in list(filtered.items()):
+        if k in own and own[k].shape != v.shape and v.ndim == 4 and own[k].shape[1] == 1:
+            filtered[k] = v.mean(dim=1, keepdim=True)  # RGB first conv -> grayscale
+    missing, unexpected = trunk.load_state_dict(filtered, strict=False)
+    if unexpected or [m for m in missing if not m.endswith("num_batches_tracked")]:
+        raise ConfigError(
+            f"Weights in {path} do not fit the trunk: missing {missing[:5]}, unexpected {unexpected[:5]}."
+        )
+
+
+class EmbeddingModel(nn.Module):
+    """Trunk followed by a linear embedder (no activation), as in MLRC."""
+
+    def __init__(self, trunk: nn.Module, trunk_dim: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.embedder = nn.Linear(trunk_dim, embedding_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embedder(self.trunk(x))
+
+
+def build_model(
+    trunk_name: str,
+    in_channels: int,
+    embedding_dim: int,
+    *,
+    pretrained: bool,
+    weights_path: str,
+    seed: int,
+) -> EmbeddingModel:
+    """Build trunk + embedder with parameters drawn from ``seed`` (weights file loaded if pretrained)."""
+    spec = TRUNKS.get(trunk_name)
+    if pretrained and not weights_path:
+        raise ConfigError(
+            f"model.pretrained = true for trunk {trunk_name!r} but no model.trunk_weights file was given; "
+            "weights are never downloaded. Pass --set model.trunk_weights=PATH or model.pretrained=false."
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        trunk, dim = spec.build(in_channels)
+        model = EmbeddingModel(trunk, dim, embedding_dim)
+    if pretrained:
+        load_trunk_weights(trunk, Path(weights_path))
+    return model
+
+
+def set_train_mode(model: EmbeddingModel, freeze_trunk_bn: bool) -> None:
+    """Training mode, with the trunk's BatchNorm layers in eval mode when frozen (SPEC §2.2)."""
+    model.train()
+    if freeze_trunk_bn:
+        for module in model.trunk.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()

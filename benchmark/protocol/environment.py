@@ -1,0 +1,61 @@
+"""Provenance of a run: package versions, platform, device and git commit."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_PACKAGES = ("dmlbench", "torch", "torchvision", "optuna", "faiss-cpu", "pytorch-metric-learning", "numpy", "scipy")
+
+
+def git_commit(cwd: Path | None = None) -> dict[str, Any]:
+    """The commit of the source tree dmlbench runs from, and whether it has uncommitted changes."""
+    root = cwd or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        return {"commit": sha, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def environment_info(device: torch.device) -> dict[str, Any]:
+    """Everything needed to say where a number came from."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "packages": package_versions(),
+        "git": git_commit(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info

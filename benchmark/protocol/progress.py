@@ -1,0 +1,93 @@
+"""Progress display for long runs: stage, trial i/N, fold, epoch, best so far, ETA.
+
+On a terminal one status line is rewritten in place; otherwise (logs, CI) each update of
+interest becomes its own line so the output stays readable.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` -> ``"1m15s"``."""
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class Progress:
+    """Counts fold trainings (the unit of work) and estimates the time left from their mean."""
+
+    def __init__(self, total_fold_trainings: int, stream: TextIO | None = None, quiet: bool = False) -> None:
+        self.total = total_fold_trainings
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet
+        self.tty = self.stream.isatty()
+        self._fold_times: list[float] = []
+        self._last_len = 0
+
+    def fold_finished(self, wall_s: float) -> None:
+        self.done += 1
+        self._fold_times.append(wall_s)
+
+    def skip(self, n: int) -> None:
+        """Work already done in an earlier (interrupted) process."""
+        self.done += n
+
+    def eta(self) -> str:
+        if not self._fold_times:
+            return "?"
+        mean = sum(self._fold_times) / len(self._fold_times)
+        return format_duration(mean * max(0, self.total - self.done))
+
+    def status(self, text: str, *, persistent: bool = False) -> None:
+        """Show ``text`` with the ETA; ``persistent`` lines are kept on a terminal too."""
+        if self.quiet:
+            return
+        line = f"{text} | ETA {self.eta()}"
+        if self.tty:
+            pad = " " * max(0, self._last_len - len(line))
+            end = "\n" if persistent else ""
+            self.stream.write(f"\r{line}{pad}{end}")
+            self._last_len = 0 if persistent else len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A plain line (stage headers, results)."""
+        if self.quiet:
+            return
+        if self.tty and self._last_len:
+            self.stream.write("\n")
+            self._last_len = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+class Stopwatch:
+    """Named wall-clock timings of a run's steps."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    def time(self, name: str) -> _Timer:
+        return _Timer(self, name)
+
+
+class _Timer:
+    def __init__(self, watch: Stopwatch, name: str) -> None:
+        self.watch, self.name = watch, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.timings[self.name] = round(
+            self.watch.timings.get(self.name, 0.0) + time.perf_counter() - self.t0, 3
+        )

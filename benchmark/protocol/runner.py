@@ -1,0 +1,535 @@
+"""The MLRC run: a sequence of named steps from configuration to leaderboard.
+
+resolve -> load data -> split -> prepare run dir -> search -> test stage -> untrained row
+-> record -> leaderboard. Each step is a small method; all state lives in the run directory, so
+re-running the same command after an interruption continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from benchmark.budgets import BUDGETS
+from benchmark.config import (
+    Deviation,
+    RunConfig,
+    config_hash,
+    config_to_dict,
+    deviations,
+    load_protocol_file,
+    resolve_config,
+)
+from benchmark.data import DATASETS, DatasetOptions, load_dataset
+from benchmark.data.augment import CHARACTER_AUGMENT, PAPER_AUGMENT, AugmentSpec
+from benchmark.data.base import ImageDataset
+from benchmark.data.splits import MLRCSplit, mlrc_split
+from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
+from benchmark.io import read_json, write_json_atomic
+from benchmark.losses import LOSSES, LossSpec, SearchDim
+from benchmark.metrics import METRICS, evaluate
+from benchmark.models.trunks import TRUNKS
+from benchmark.protocol.environment import environment_info
+from benchmark.protocol.progress import Progress, Stopwatch
+from benchmark.protocol.seeds import derive_seed
+from benchmark.protocol.train import build_fold_model, embed, train_fold
+from benchmark.search.study import (
+    FAILURE_ATTR,
+    SAMPLERS,
+    best_trial,
+    counted_trials,
+    enqueue_startup,
+    make_sampler,
+    open_study,
+    recover_stale,
+    suggest,
+)
+from benchmark.stats import t_interval
+
+RECORD_SCHEMA = "dmlbench.run/1"
+
+AUGMENTS: dict[str, AugmentSpec | None] = {
+    "paper": PAPER_AUGMENT,
+    "characters": CHARACTER_AUGMENT,
+    "none": None,
+}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked for on the command line."""
+
+    loss: str
+    protocol: str = "mlrc"
+    dataset: str | None = None
+    data_dir: str | None = None
+    budget: str = "mini"
+    seed: int = 0
+    sampler: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    out: Path = Path("runs")
+    results_dir: Path = Path("results")
+    device: str = "auto"
+    quiet: bool = False
+
+
+@dataclass
+class RunResult:
+    record_path: Path
+    run_dir: Path
+    leaderboard_paths: list[Path]
+    record: dict[str, Any]
+
+
+def cache_dir() -> Path:
+    """Where derived data (rendered glyphs, decoded images) is cached between runs."""
+    return Path(os.environ.get("DMLBENCH_CACHE", Path.home() / ".cache" / "dmlbench"))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name} was requested but CUDA is not available on this machine.")
+    return torch.device(name)
+
+
+class MLRCRun:
+    """One (dataset, protocol, loss, budget, seed) run of the MLRC protocol."""
+
+    def __init__(self, request: RunRequest) -> None:
+        self.request = request
+        self.watch = Stopwatch()
+        self.progress = Progress(0, quiet=request.quiet)
+
+    # -- step 1 ---------------------------------------------------------------------------------
+    def resolve(self) -> None:
+        """Build and validate the whole configuration before any compute."""
+        req = self.request
+        self.loss_spec: LossSpec = LOSSES.get(req.loss)
+        budget = BUDGETS.get(req.budget)
+        user: dict[str, Any] = dict(req.overrides)
+        if req.dataset is not None:
+            user["data.dataset"] = req.dataset
+        if req.data_dir is not None:
+            user["data.data_dir"] = str(Path(req.data_dir).resolve())
+        if req.sampler is not None:
+            user["search.sampler"] = req.sampler
+        protocol_data = load_protocol_file(req.protocol)
+        self.config, self.paper = resolve_config(protocol_data, budget.overrides, user)
+        self._validate_names(self.config)
+        self.deviations: list[Deviation] = deviations(self.config, self.paper)
+        self.search_space, self.fixed_params = self._search_space()
+        self.device = pick_device(req.device)
+
+    def _validate_names(self, c: RunConfig) -> None:
+        DATASETS.get(c.data.dataset)
+        TRUNKS.get(c.model.trunk)
+        SAMPLERS.get(c.search.sampler)
+        for m in c.test.metrics:
+            METRICS.get(m)
+        if c.data.augment not in AUGMENTS:
+            raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENTS)}.")
+        positive = {
+            "train.batch_size": c.train.batch_size,
+            "train.iters_per_epoch": c.train.iters_per_epoch,
+            "train.max_epochs": c.train.max_epochs,
+            "train.eval_every": c.train.eval_every,
+            "train.patience": c.train.patience,
+            "search.n_trials": c.search.n_trials,
+            "test.reps": c.test.reps,
+            "model.embedding_dim": c.model.embedding_dim,
+            "data.image_size": c.data.image_size,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}.")
+        if c.search.n_startup_trials < 0 or c.search.n_startup_trials > c.search.n_trials:
+            raise ConfigError(
+                f"search.n_startup_trials must be in [0, search.n_trials={c.search.n_trials}], "
+                f"got {c.search.n_startup_trials}."
+            )
+        if c.protocol.n_folds != 4:
+            raise ConfigError(f"protocol.n_folds must be 4 for MLRC (got {c.protocol.n_folds}).")
+        if c.test.reps < 2:
+            raise ConfigError(f"test.reps must be >= 2 to give a confidence interval, got {c.test.reps}.")
+
+    def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
+        spec = self.loss_spec
+        fixed = dict(self.config.loss)
+        unknown = sorted(set(fixed) - set(spec.defaults))
+        if unknown:
+            raise ConfigError(
+                f"Unknown loss.{unknown[0]} for loss {spec.name!r}; its hyperparameters are: "
+                f"{', '.join(spec.defaults)}."
+            )
+        space = {k: d for k, d in spec.search_space.items() if k not in fixed}
+        return space, fixed
+
+    # -- step 2/3 -------------------------------------------------------------------------------
+    def load_data(self) -> None:
+        c = self.config.data
+        options = DatasetOptions(
+            data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache_dir()
+        )
+        self.dataset: ImageDataset = load_dataset(c.dataset, options)
+
+    def split(self) -> None:
+        self.splits: MLRCSplit = mlrc_split(self.dataset.classes().tolist(), self.config.protocol.n_folds)
+        self.test_set = self.dataset.subset(self.splits.test)
+        self.fold_sets = [
+            (self.dataset.subset(f.train), self.dataset.subset(f.val)) for f in self.splits.folds
+        ]
+
+    # -- step 4 ---------------------------------------------------------------------------------
+    def prepare_run_dir(self) -> None:
+        req, c = self.request, self.config
+        identity = {
+            "protocol": req.protocol,
+            "loss": req.loss,
+            "budget": req.budget,
+            "seed": req.seed,
+            "config": config_to_dict(c),
+        }
+        name = f"{req.loss}-{req.budget}-seed{req.seed}-{config_hash(c)}"
+        self.run_dir = req.out / c.data.dataset / req.protocol / name
+        ident_path = self.run_dir / "run.json"
+        if ident_path.exists():
+            existing = read_json(ident_path)
+            if existing != json.loads(json.dumps(identity)):
+                raise DmlbenchError(
+                    f"Run directory {self.run_dir} belongs to a different configuration; refusing to mix "
+                    "results. Use another --out or remove the directory."
+                )
+            self.resumed = True
+        else:
+            write_json_atomic(ident_path, identity)
+            self.resumed = False
+        self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
+
+    # -- step 5 ---------------------------------------------------------------------------------
+    def search(self) -> None:
+        c, req = self.config, self.request
+        n_folds = len(self.fold_sets)
+        self.progress.total = (c.search.n_trials + c.test.reps) * n_folds
+        if not self.search_space:
+            # Nothing to tune (all hyperparameters fixed): MLRC's search degenerates to one trial.
+            self.progress.message("search: every hyperparameter is fixed; running a single trial")
+        sampler = make_sampler(c.search.sampler, derive_seed(req.seed, "sampler"), c.search.n_startup_trials)
+        study = open_study(self.run_dir / "study.journal", "search", sampler)
+        recovered = recover_stale(study)
+        if recovered:
+            self.progress.message(f"search: re-enqueued {recovered} trial(s) interrupted by a dead process")
+        enqueue_startup(study, self.search_space, c.search.n_startup_trials, derive_seed(req.seed, "sobol"))
+        target = c.search.n_trials if self.search_space else 1
+        done = len(counted_trials(study))
+        self.progress.skip(min(done, target) * n_folds)
+        for i in range(done, target):
+            self._run_trial(study, i + 1, target)
+        self.study = study
+        self.best = best_trial(study)
+        self.best_params = {**self.loss_spec.defaults, **self.fixed_params, **self.best.params}
+        self.progress.message(
+            f"search: best trial #{self.best.number} mean val MAP@R {self.best.value:.4f} "
+            f"params {_fmt_params(self.best.params)}"
+        )
+
+    def _best_so_far(self, study: optuna.Study) -> str:
+        values = [t.value for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        return f"{max(v for v in values if v is not None):.4f}" if values else "-"
+
+    def _run_trial(self, study: optuna.Study, i: int, n: int) -> None:
+        trial = study.ask()
+        params = {**self.loss_spec.defaults, **self.fixed_params, **suggest(trial, self.search_space)}
+        best_so_far = self._best_so_far(study)
+        folds: list[dict[str, object]] = []
+        t0 = time.perf_counter()
+        for f, (train, val) in enumerate(self.fold_sets):
+
+            def on_epoch(epoch: int, val_map: float, best: float, f: int = f) -> None:
+                self.progress.status(
+                    f"search trial {i}/{n} fold {f + 1}/{len(self.fold_sets)} epoch {epoch} "
+                    f"val MAP@R {val_map:.4f} | best trial so far {best_so_far}"
+                )
+
+            try:
+                result, _ = train_fold(
+                    config=self.config,
+                    loss_name=self.loss_spec.name,
+                    loss_params=params,
+                    train=train,
+                    val=val,
+                    augment=self.augment,
+                    seed=derive_seed(self.request.seed, "trial", trial.number, f),
+                    device=self.device,
+                    on_epoch=on_epoch,
+                )
+            except TrainingDiverged as exc:
+                reason = f"fold {f}: {exc}"
+                trial.set_user_attr(FAILURE_ATTR, reason)
+                trial.set_user_attr("folds", folds)
+                study.tell(trial, state=TrialState.FAIL)
+                self.progress.skip(len(self.fold_sets) - f)
+                self.progress.status(f"search trial {i}/{n} FAILED ({reason})", persistent=True)
+                return
+            self.progress.fold_finished(result.wall_s)
+            folds.append(result.to_dict())
+        values = [float(fd["best_val_map_at_r"]) for fd in folds]  # type: ignore[arg-type]
+        mean = float(np.mean(values))
+        sem = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+        trial.set_user_attr("folds", folds)
+        trial.set_user_attr("fold_sem", sem)
+        trial.set_user_attr("wall_s", round(time.perf_counter() - t0, 3))
+        study.tell(trial, mean)
+        self.progress.status(
+            f"search trial {i}/{n} done: mean val MAP@R {mean:.4f} ± {sem:.4f} (sem) "
+            f"| best so far {self._best_so_far(study)}",
+            persistent=True,
+        )
+
+    # -- step 6 ---------------------------------------------------------------------------------
+    def test_stage(self) -> None:
+        c = self.config
+        n_folds = len(self.fold_sets)
+        test_dir = self.run_dir / "test"
+        self.rep_results: list[dict[str, Any]] = []
+        for r in range(c.test.reps):
+            rep_path = test_dir / f"rep{r}.json"
+            if rep_path.exists():
+                self.rep_results.append(read_json(rep_path))
+                self.progress.skip(n_folds)
+                continue
+            fold_embs, fold_info = [], []
+            for f, (train, val) in enumerate(self.fold_sets):
+                emb_path = test_dir / f"rep{r}-fold{f}.npy"
+                info_path = test_dir / f"rep{r}-fold{f}.json"
+                if emb_path.exists() and info_path.exists():
+                    fold_embs.append(np.load(emb_path))
+                    fold_info.append(read_json(info_path))
+                    self.progress.skip(1)
+                    continue
+
+                def on_epoch(epoch: int, val_map: float, best: float, f: int = f, r: int = r) -> None:
+                    self.progress.status(
+                        f"test rep {r + 1}/{c.test.reps} fold {f + 1}/{n_folds} epoch {epoch} "
+                        f"val MAP@R {val_map:.4f} (best {best:.4f})"
+                    )
+
+                try:
+                    result, model = train_fold(
+                        config=c,
+                        loss_name=self.loss_spec.name,
+                        loss_params=self.best_params,
+                        train=train,
+                        val=val,
+                        augment=self.augment,
+                        seed=derive_seed(self.request.seed, "test", r, f),
+                        device=self.device,
+                        on_epoch=on_epoch,
+                    )
+                except TrainingDiverged as exc:
+                    raise DmlbenchError(
+                        f"Test-stage retraining diverged (rep {r}, fold {f}) with the best search "
+                        f"parameters {self.best_params}: {exc}"
+                    ) from exc
+                emb = embed(model, self.test_set.images, self.device)
+                _save_npy_atomic(emb_path, emb)
+                write_json_atomic(info_path, result.to_dict())
+                fold_embs.append(emb)
+                fold_info.append(result.to_dict())
+                self.progress.fold_finished(result.wall_s)
+            rep = {"rep": r, "folds": fold_info, **self._evaluate_folds(fold_embs)}
+            write_json_atomic(rep_path, rep)
+            self.rep_results.append(rep)
+            self.progress.status(
+                f"test rep {r + 1}/{c.test.reps}: separated MAP@R "
+                f"{rep['separated']['map_at_r']:.4f}, concatenated {rep['concatenated']['map_at_r']:.4f}",
+                persistent=True,
+            )
+
+    def _evaluate_folds(self, fold_embs: list[np.ndarray]) -> dict[str, dict[str, float]]:
+        """Separated (mean over fold models) and concatenated metrics on the test classes."""
+        space = self.loss_spec.embedding_space
+        labels = self.test_set.labels
+        metrics = list(self.config.test.metrics)
+        per_fold = [evaluate(e, labels, space, metrics) for e in fold_embs]
+        separated = {m: float(np.mean([pf[m] for pf in per_fold])) for m in metrics}
+        concatenated = evaluate(concatenate_embeddings(fold_embs, space), labels, space, metrics)
+        return {"separated": separated, "concatenated": concatenated, "per_fold": per_fold}  # type: ignore[dict-item]
+
+    # -- step 7 ---------------------------------------------------------------------------------
+    def untrained(self) -> None:
+        """The "Pretrained" row: fold models evaluated before any training (once)."""
+        path = self.run_dir / "untrained.json"
+        if path.exists():
+            self.untrained_result = read_json(path)
+            return
+        embs = []
+        for f in range(len(self.fold_sets)):
+            model = build_fold_model(self.config, self.dataset.images.shape[1], derive_seed(self.request.seed, "untrained", f))
+            embs.append(embed(model.to(self.device), self.test_set.images, self.device))
+        self.untrained_result = self._evaluate_folds(embs)
+        write_json_atomic(path, self.untrained_result)
+
+    # -- step 8 ---------------------------------------------------------------------------------
+    def build_record(self) -> dict[str, Any]:
+        c, req = self.config, self.request
+        metrics = list(c.test.metrics)
+        per_rep = {
+            mode: {m: [rep[mode][m] for rep in self.rep_results] for m in metrics}
+            for mode in ("separated", "concatenated")
+        }
+        summary = {
+            mode: {m: _interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics}
+            for mode in ("separated", "concatenated")
+        }
+        trials = []
+        for t in self.study.get_trials(deepcopy=False):
+            trials.append(
+                {
+                    "number": t.number,
+                    "state": t.state.name,
+                    "origin": t.user_attrs.get("origin", "sampler"),
+                    "params": t.params,
+                    "value": t.value,
+                    "fold_sem": t.user_attrs.get("fold_sem"),
+                    "wall_s": t.user_attrs.get("wall_s"),
+                    "failure": t.user_attrs.get(FAILURE_ATTR),
+                    "interrupted": bool(t.user_attrs.get("interrupted", False)),
+                    "folds": t.user_attrs.get("folds", []),
+                }
+            )
+        return {
+            "schema": RECORD_SCHEMA,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "protocol": req.protocol,
+            "dataset": c.data.dataset,
+            "loss": self.loss_spec.name,
+            "loss_display_name": self.loss_spec.display_name,
+            "embedding_space": self.loss_spec.embedding_space,
+            "budget": req.budget,
+            "seed": req.seed,
+            "run_dir": str(self.run_dir),
+            "config": config_to_dict(c),
+            "deviations": [
+                {"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations
+            ],
+            "data": {
+                "dataset_fingerprint": self.dataset.fingerprint(),
+                "n_images": len(self.dataset.labels),
+                "n_classes": len(self.dataset.classes()),
+                "split_fingerprint": self.splits.fingerprint(),
+                "n_test_classes": len(self.splits.test),
+                "n_test_images": len(self.test_set.labels),
+                "folds": [{"train": len(f.train), "val": len(f.val)} for f in self.splits.folds],
+                "never_validated": list(self.splits.never_validated),
+            },
+            "environment": environment_info(self.device),
+            "search": {
+                "sampler": c.search.sampler,
+                "n_trials": c.search.n_trials,
+                "space": {k: {"low": d.low, "high": d.high, "log": d.log} for k, d in self.search_space.items()},
+                "fixed": self.fixed_params,
+                "best_trial": self.best.number,
+                "best_value": self.best.value,
+                "best_params": self.best_params,
+                "trials": trials,
+            },
+            "test": {
+                "reps": c.test.reps,
+                "metrics": metrics,
+                "per_rep": per_rep,
+                "summary": summary,
+                "rep_details": self.rep_results,
+            },
+            "untrained": {
+                "separated": self.untrained_result["separated"],
+                "concatenated": self.untrained_result["concatenated"],
+            },
+            "timings_s": self.watch.timings,
+        }
+
+    def write_record(self) -> None:
+        self.record = self.build_record()
+        write_json_atomic(self.run_dir / "record.json", self.record)
+        req = self.request
+        self.record_path = (
+            req.results_dir
+            / self.config.data.dataset
+            / req.protocol
+            / "records"
+            / f"{self.loss_spec.name}.{req.budget}.seed{req.seed}.json"
+        )
+        write_json_atomic(self.record_path, self.record)
+
+    def update_leaderboard(self) -> None:
+        from benchmark.report.leaderboard import write_leaderboard
+
+        self.leaderboard_paths = write_leaderboard(
+            self.request.results_dir, self.config.data.dataset, self.request.protocol
+        )
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Execute every step in order (already finished work is reused)."""
+        t0 = time.perf_counter()
+        self.resolve()
+        self.augment = AUGMENTS[self.config.data.augment]
+        with self.watch.time("data"):
+            self.load_data()
+            self.split()
+        self.prepare_run_dir()
+        for d in self.deviations:
+            self.progress.message(f"deviation from paper: {d.describe()}")
+        with self.watch.time("search"):
+            self.search()
+        with self.watch.time("test"):
+            self.test_stage()
+            self.untrained()
+        self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
+        self.write_record()
+        self.update_leaderboard()
+        return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
+
+
+def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarray:
+    """The 512-d concatenation of the fold models' embeddings (SPEC §2.4).
+
+    Cosine space: each fold L2-normalised, concatenated, normalised again. Euclidean space
+    (``cam``): raw embeddings concatenated, so the L2 distance is the root of the summed
+    per-fold squared distances.
+    """
+    if space == "cosine":
+        parts = [e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12) for e in fold_embs]
+        cat = np.concatenate(parts, axis=1)
+        return (cat / np.maximum(np.linalg.norm(cat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    return np.concatenate(fold_embs, axis=1).astype(np.float32)
+
+
+def _interval_dict(values: list[float], confidence: float) -> dict[str, float]:
+    iv = t_interval(values, confidence)
+    return {"mean": iv.mean, "half_width": iv.half_width, "n": iv.n, "low": iv.low, "high": iv.high}
+
+
+def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as fh:
+        np.save(fh, array)
+    os.replace(tmp, path)
+
+
+def _fmt_params(params: Mapping[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in sorted(params.items()))

@@ -1,0 +1,166 @@
+"""Training of one fold model (SPEC §2.2): epochs of N iterations, periodic validation MAP@R,
+patience-based stopping, best-validation checkpoint, NaN/inf detection."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmark.config import RunConfig
+from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
+from benchmark.data.base import ImageDataset
+from benchmark.data.sampler import MPerClassSampler
+from benchmark.errors import TrainingDiverged
+from benchmark.losses import LOSSES, LossContext, build_loss
+from benchmark.metrics import evaluate
+from benchmark.models.trunks import EmbeddingModel, build_model, set_train_mode
+
+
+@dataclass
+class FoldResult:
+    """What one fold's training produced."""
+
+    best_val: float
+    best_epoch: int
+    epochs: int
+    wall_s: float
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch, val MAP@R)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "best_val_map_at_r": self.best_val,
+            "best_epoch": self.best_epoch,
+            "epochs": self.epochs,
+            "wall_s": round(self.wall_s, 3),
+            "curve": [[e, v] for e, v in self.curve],
+        }
+
+
+EpochCallback = Callable[[int, float, float], None]  # (epoch, val MAP@R, best so far)
+
+
+def remap_labels(labels: np.ndarray) -> np.ndarray:
+    """Map arbitrary class ids to 0..C-1 in sorted order (losses with proxies need dense ids)."""
+    _, dense = np.unique(labels, return_inverse=True)
+    return dense.astype(np.int64)
+
+
+@torch.no_grad()
+def embed(model: nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512) -> np.ndarray:
+    """Embeddings (N, D) float32 of uint8 images in eval mode, raw (normalisation is the metric's job)."""
+    model.eval()
+    out = []
+    for start in range(0, len(images), batch_size):
+        x = eval_batch(images[start : start + batch_size].to(device))
+        out.append(model(x).float().cpu())
+    return torch.cat(out).numpy()
+
+
+def build_fold_model(config: RunConfig, in_channels: int, seed: int) -> EmbeddingModel:
+    """The trunk + embedder for one fold, initialised from ``seed``."""
+    return build_model(
+        config.model.trunk,
+        in_channels,
+        config.model.embedding_dim,
+        pretrained=config.model.pretrained,
+        weights_path=config.model.trunk_weights,
+        seed=seed,
+    )
+
+
+def _grads_finite(params: list[nn.Parameter]) -> bool:
+    return all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
+
+
+def train_fold(
+    *,
+    config: RunConfig,
+    loss_name: str,
+    loss_params: Mapping[str, float],
+    train: ImageDataset,
+    val: ImageDataset,
+    augment: AugmentSpec,
+    seed: int,
+    device: torch.device,
+    on_epoch: EpochCallback | None = None,
+) -> tuple[FoldResult, EmbeddingModel]:
+    """Train one fold model and return its result and the best-validation model.
+
+    Raises :class:`TrainingDiverged` when the loss or a gradient becomes NaN/inf.
+    """
+    spec = LOSSES.get(loss_name)
+    tc = config.train
+    t0 = time.perf_counter()
+    model = build_fold_model(config, train.images.shape[1], seed).to(device)
+    train_labels = remap_labels(train.labels)
+    n_classes = int(train_labels.max()) + 1
+    torch.manual_seed(seed)  # loss parameter init (proxies, mean fields) draws from the global RNG
+    loss_fn = build_loss(loss_name, LossContext(n_classes, config.model.embedding_dim), loss_params).to(device)
+
+    model_params = list(model.parameters())
+    opt = torch.optim.RMSprop(model_params, lr=tc.lr, weight_decay=tc.weight_decay, momentum=tc.momentum)
+    loss_param_list = [p for p in loss_fn.parameters() if p.requires_grad]
+    loss_opt = None
+    if loss_param_list:
+        loss_opt = torch.optim.RMSprop(
+            loss_param_list,
+            lr=float(loss_params.get("param_lr", spec.defaults.get("param_lr", 1e-3))),
+            weight_decay=spec.param_weight_decay,
+            momentum=tc.param_momentum,
+        )
+
+    rng = np.random.default_rng(seed)
+    sampler = MPerClassSampler(train_labels, spec.m_per_class, tc.batch_size, rng)
+    gen = torch.Generator().manual_seed(seed)
+    labels_t = torch.from_numpy(train_labels)
+
+    best_val, best_epoch, since_best = -math.inf, 0, 0
+    best_state = copy.deepcopy(model.state_dict())
+    curve: list[tuple[int, float]] = []
+    epoch = 0
+    for epoch in range(1, tc.max_epochs + 1):
+        set_train_mode(model, config.model.freeze_trunk_bn)
+        loss_fn.train()
+        for batch in sampler.sample(tc.iters_per_epoch):
+            idx = torch.from_numpy(batch)
+            x = train_batch(train.images[idx], augment, gen).to(device)
+            y = labels_t[idx].to(device)
+            loss = loss_fn(model(x), y)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}")
+            opt.zero_grad(set_to_none=True)
+            if loss_opt is not None:
+                loss_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if not _grads_finite(model_params + loss_param_list):
+                raise TrainingDiverged(f"non-finite gradient at epoch {epoch}")
+            opt.step()
+            if loss_opt is not None:
+                loss_opt.step()
+        if epoch % tc.eval_every and epoch != tc.max_epochs:
+            continue
+        emb = embed(model, val.images, device)
+        if not np.isfinite(emb).all():
+            raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
+        val_map = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"]
+        curve.append((epoch, val_map))
+        # Strict improvement resets patience (MLRC); ties do not.
+        if val_map > best_val:
+            best_val, best_epoch, since_best = val_map, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            since_best += 1
+        if on_epoch is not None:
+            on_epoch(epoch, val_map, best_val)
+        if since_best >= tc.patience:
+            break
+    model.load_state_dict(best_state)
+    result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve)
+    return result, model

@@ -1,0 +1,125 @@
+"""Optuna study management for the hyperparameter search (SPEC §2.3).
+
+The study lives in an Optuna journal file inside the run directory, so an interrupted run is
+continued by re-running the same command: finished trials are kept, trials left RUNNING by a
+killed process are marked failed and re-enqueued with the same parameters, and only the missing
+number of trials is run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
+from scipy.stats import qmc
+
+from benchmark.errors import ConfigError
+from benchmark.losses import SearchDim
+from benchmark.registry import Registry
+
+SAMPLERS: Registry[str] = Registry("sampler")
+for _name, _doc in [
+    ("gp", "Gaussian-process BO with log-EI (Optuna GPSampler), mirroring MLRC's Ax/BoTorch"),
+    ("tpe", "Tree-structured Parzen estimator (Optuna TPESampler)"),
+    ("random", "Uniform random search (Optuna RandomSampler)"),
+]:
+    SAMPLERS.register(_name, _doc)
+
+# Attribute set on a trial that failed because its process died, not because of its parameters;
+# such trials are retried and do not count towards the configured number of trials.
+INTERRUPTED_ATTR = "interrupted"
+FAILURE_ATTR = "failure"
+
+
+def make_sampler(name: str, seed: int, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+    """The seeded Bayesian (or baseline) sampler; Sobol startup points are enqueued separately."""
+    SAMPLERS.get(name)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def suggest(trial: optuna.Trial, space: Mapping[str, SearchDim]) -> dict[str, float]:
+    """Draw one value per search dimension from ``trial``."""
+    return {k: trial.suggest_float(k, d.low, d.high, log=d.log) for k, d in space.items()}
+
+
+def sobol_points(space: Mapping[str, SearchDim], n: int, seed: int) -> list[dict[str, float]]:
+    """``n`` scrambled-Sobol points mapped into ``space`` (log dimensions uniform in log space)."""
+    if n <= 0 or not space:
+        return []
+    names = sorted(space)
+    m = max(1, math.ceil(math.log2(n)))
+    unit = qmc.Sobol(d=len(names), scramble=True, seed=seed).random_base2(m)[:n]
+    points = []
+    for row in unit:
+        point = {}
+        for u, name in zip(row, names, strict=True):
+            d = space[name]
+            if d.log:
+                value = math.exp(math.log(d.low) + float(u) * (math.log(d.high) - math.log(d.low)))
+            else:
+                value = d.low + float(u) * (d.high - d.low)
+            point[name] = min(max(value, d.low), d.high)  # guard against rounding past the bounds
+        points.append(point)
+    return points
+
+
+def open_study(
+    journal: Path, study_name: str, sampler: optuna.samplers.BaseSampler
+) -> optuna.Study:
+    """Create or load the study stored in ``journal``."""
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    return optuna.create_study(
+        study_name=study_name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True
+    )
+
+
+def enqueue_startup(study: optuna.Study, space: Mapping[str, SearchDim], n: int, seed: int) -> None:
+    """Enqueue the Sobol startup points once, when the study is new."""
+    if study.get_trials(deepcopy=False):
+        return
+    for point in sobol_points(space, n, seed):
+        study.enqueue_trial(point, user_attrs={"origin": "sobol"})
+
+
+def recover_stale(study: optuna.Study) -> int:
+    """Fail trials left RUNNING by a dead process and re-enqueue their parameters; return how many.
+
+    Only safe when no other worker shares the study (embedded journal storage, one process).
+    """
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    for t in stale:
+        study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED_ATTR, True)
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        study.enqueue_trial(t.params, user_attrs={"origin": "retry", "retry_of": t.number})
+    return len(stale)
+
+
+def counted_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials that count towards the budget: complete ones and ones failed by their parameters."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE
+        or (t.state == TrialState.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR))
+    ]
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial:
+    """Highest observed objective among complete trials (MLRC's choice)."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        raise ConfigError(
+            "Every search trial failed (see the failure reasons in the run record); "
+            "there is no best setting to retrain."
+        )
+    return max(complete, key=lambda t: (t.value if t.value is not None else -math.inf, -t.number))
