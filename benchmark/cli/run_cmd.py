@@ -26,6 +26,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=Path("runs"), help="run artefacts directory (default: runs/)")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="records and leaderboards")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:i]")
+    p.add_argument(
+        "--jobs", type=int, default=0,
+        help="fold-parallel worker processes (default 0: one per CPU core, max 4; 1 on GPU)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
@@ -44,6 +48,7 @@ def handle(args: argparse.Namespace) -> int:
         out=args.out,
         results_dir=args.results_dir,
         device=args.device,
+        jobs=args.jobs,
         quiet=args.quiet,
     )
     result = MLRCRun(request).run()

@@ -7,6 +7,8 @@ re-running the same command after an interruption continues where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import datetime as dt
 import json
 import math
@@ -42,9 +44,10 @@ from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
 from benchmark.models.trunks import TRUNKS
 from benchmark.protocol.environment import environment_info
+from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import build_fold_model, embed, train_fold
+from benchmark.protocol.train import EpochCallback, FoldResult, build_fold_model, embed
 from benchmark.search.study import (
     FAILURE_ATTR,
     SAMPLERS,
@@ -82,6 +85,7 @@ class RunRequest:
     out: Path = Path("runs")
     results_dir: Path = Path("results")
     device: str = "auto"
+    jobs: int = 0  # fold-parallel worker processes; 0 = one per CPU core (1 on GPU)
     quiet: bool = False
 
 
@@ -180,18 +184,18 @@ class MLRCRun:
 
     # -- step 2/3 -------------------------------------------------------------------------------
     def load_data(self) -> None:
-        c = self.config.data
-        options = DatasetOptions(
-            data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache_dir()
-        )
-        self.dataset: ImageDataset = load_dataset(c.dataset, options)
+        self.dataset: ImageDataset = load_run_dataset(self.config, cache_dir())
 
     def split(self) -> None:
         self.splits: MLRCSplit = mlrc_split(self.dataset.classes().tolist(), self.config.protocol.n_folds)
-        self.test_set = self.dataset.subset(self.splits.test)
-        self.fold_sets = [
-            (self.dataset.subset(f.train), self.dataset.subset(f.val)) for f in self.splits.folds
-        ]
+        data = fold_data(self.dataset, self.splits)
+        self.test_set, self.fold_sets = data.test, data.folds
+        jobs = self.request.jobs if self.request.jobs > 0 else default_jobs(self.device)
+        threads = 1 if jobs > 1 else torch.get_num_threads()
+        setup = WorkerSetup(self.config, self.loss_spec.name, self.augment, str(self.device), threads)
+        loader = functools.partial(_load_fold_data, self.config, cache_dir())
+        self.executor = FoldExecutor(setup, data, loader, jobs)
+        self.jobs = jobs
 
     # -- step 4 ---------------------------------------------------------------------------------
     def prepare_run_dir(self) -> None:
@@ -254,44 +258,48 @@ class MLRCRun:
         trial = study.ask()
         params = {**self.loss_spec.defaults, **self.fixed_params, **suggest(trial, self.search_space)}
         best_so_far = self._best_so_far(study)
-        folds: list[dict[str, object]] = []
-        t0 = time.perf_counter()
-        for f, (train, val) in enumerate(self.fold_sets):
+        n_folds = len(self.fold_sets)
+        tasks = [
+            FoldTask(f, params, derive_seed(self.request.seed, "trial", trial.number, f), embed_test=False)
+            for f in range(n_folds)
+        ]
 
-            def on_epoch(epoch: int, val_map: float, best: float, f: int = f) -> None:
+        def on_epoch(task: FoldTask) -> EpochCallback:
+            def cb(epoch: int, val_map: float, best: float) -> None:
                 self.progress.status(
-                    f"search trial {i}/{n} fold {f + 1}/{len(self.fold_sets)} epoch {epoch} "
+                    f"search trial {i}/{n} fold {task.fold + 1}/{n_folds} epoch {epoch} "
                     f"val MAP@R {val_map:.4f} | best trial so far {best_so_far}"
                 )
 
-            try:
-                result, _ = train_fold(
-                    config=self.config,
-                    loss_name=self.loss_spec.name,
-                    loss_params=params,
-                    train=train,
-                    val=val,
-                    augment=self.augment,
-                    seed=derive_seed(self.request.seed, "trial", trial.number, f),
-                    device=self.device,
-                    on_epoch=on_epoch,
-                )
-            except TrainingDiverged as exc:
-                reason = f"fold {f}: {exc}"
-                trial.set_user_attr(FAILURE_ATTR, reason)
-                trial.set_user_attr("folds", folds)
-                study.tell(trial, state=TrialState.FAIL)
-                self.progress.skip(len(self.fold_sets) - f)
-                self.progress.status(f"search trial {i}/{n} FAILED ({reason})", persistent=True)
-                return
-            self.progress.fold_finished(result.wall_s)
-            folds.append(result.to_dict())
-        values = [float(fd["best_val_map_at_r"]) for fd in folds]  # type: ignore[arg-type]
+            return cb
+
+        t0 = time.perf_counter()
+        results: dict[int, FoldResult] = {}
+        failure = None
+        for outcome in self.executor.run(tasks, on_epoch):
+            if outcome.failure is not None:
+                failure = failure or outcome.failure
+                continue
+            assert outcome.result is not None
+            results[outcome.task.fold] = outcome.result
+            self.progress.fold_finished(outcome.result.wall_s)
+            self.progress.status(
+                f"search trial {i}/{n}: fold {outcome.task.fold + 1}/{n_folds} done, "
+                f"best val MAP@R {outcome.result.best_val:.4f} | best trial so far {best_so_far}"
+            )
+        folds = [results[f].to_dict() for f in sorted(results)]
+        trial.set_user_attr("folds", folds)
+        trial.set_user_attr("wall_s", round(time.perf_counter() - t0, 3))
+        if failure is not None:
+            trial.set_user_attr(FAILURE_ATTR, failure)
+            study.tell(trial, state=TrialState.FAIL)
+            self.progress.skip(n_folds - len(results))
+            self.progress.status(f"search trial {i}/{n} FAILED ({failure})", persistent=True)
+            return
+        values = [results[f].best_val for f in sorted(results)]
         mean = float(np.mean(values))
         sem = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
-        trial.set_user_attr("folds", folds)
         trial.set_user_attr("fold_sem", sem)
-        trial.set_user_attr("wall_s", round(time.perf_counter() - t0, 3))
         study.tell(trial, mean)
         self.progress.status(
             f"search trial {i}/{n} done: mean val MAP@R {mean:.4f} ± {sem:.4f} (sem) "
@@ -311,46 +319,42 @@ class MLRCRun:
                 self.rep_results.append(read_json(rep_path))
                 self.progress.skip(n_folds)
                 continue
-            fold_embs, fold_info = [], []
-            for f, (train, val) in enumerate(self.fold_sets):
-                emb_path = test_dir / f"rep{r}-fold{f}.npy"
-                info_path = test_dir / f"rep{r}-fold{f}.json"
-                if emb_path.exists() and info_path.exists():
-                    fold_embs.append(np.load(emb_path))
-                    fold_info.append(read_json(info_path))
+            embs: dict[int, np.ndarray] = {}
+            infos: dict[int, dict[str, object]] = {}
+            tasks = []
+            for f in range(n_folds):
+                emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
+                if emb_path.exists() and info_path.exists():  # finished before an interruption
+                    embs[f], infos[f] = np.load(emb_path), read_json(info_path)
                     self.progress.skip(1)
-                    continue
+                else:
+                    seed = derive_seed(self.request.seed, "test", r, f)
+                    tasks.append(FoldTask(f, self.best_params, seed, embed_test=True))
 
-                def on_epoch(epoch: int, val_map: float, best: float, f: int = f, r: int = r) -> None:
+            def on_epoch(task: FoldTask, r: int = r) -> EpochCallback:
+                def cb(epoch: int, val_map: float, best: float) -> None:
                     self.progress.status(
-                        f"test rep {r + 1}/{c.test.reps} fold {f + 1}/{n_folds} epoch {epoch} "
+                        f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
                         f"val MAP@R {val_map:.4f} (best {best:.4f})"
                     )
 
-                try:
-                    result, model = train_fold(
-                        config=c,
-                        loss_name=self.loss_spec.name,
-                        loss_params=self.best_params,
-                        train=train,
-                        val=val,
-                        augment=self.augment,
-                        seed=derive_seed(self.request.seed, "test", r, f),
-                        device=self.device,
-                        on_epoch=on_epoch,
-                    )
-                except TrainingDiverged as exc:
+                return cb
+
+            for outcome in self.executor.run(tasks, on_epoch):
+                f = outcome.task.fold
+                if outcome.failure is not None:
                     raise DmlbenchError(
-                        f"Test-stage retraining diverged (rep {r}, fold {f}) with the best search "
-                        f"parameters {self.best_params}: {exc}"
-                    ) from exc
-                emb = embed(model, self.test_set.images, self.device)
-                _save_npy_atomic(emb_path, emb)
-                write_json_atomic(info_path, result.to_dict())
-                fold_embs.append(emb)
-                fold_info.append(result.to_dict())
-                self.progress.fold_finished(result.wall_s)
-            rep = {"rep": r, "folds": fold_info, **self._evaluate_folds(fold_embs)}
+                        f"Test-stage retraining diverged (rep {r}, {outcome.failure}) with the best search "
+                        f"parameters {self.best_params}."
+                    )
+                assert outcome.result is not None and outcome.test_embeddings is not None
+                _save_npy_atomic(test_dir / f"rep{r}-fold{f}.npy", outcome.test_embeddings)
+                write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
+                embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
+                self.progress.fold_finished(outcome.result.wall_s)
+                self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+            fold_embs = [embs[f] for f in range(n_folds)]
+            rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
             write_json_atomic(rep_path, rep)
             self.rep_results.append(rep)
             self.progress.status(
@@ -459,6 +463,7 @@ class MLRCRun:
                 "concatenated": self.untrained_result["concatenated"],
             },
             "timings_s": self.watch.timings,
+            "execution": {"jobs": self.jobs, "device": str(self.device), "torch_threads_per_job": self.executor.setup.threads},
         }
 
     def write_record(self) -> None:
@@ -493,15 +498,57 @@ class MLRCRun:
         self.prepare_run_dir()
         for d in self.deviations:
             self.progress.message(f"deviation from paper: {d.describe()}")
-        with self.watch.time("search"):
-            self.search()
-        with self.watch.time("test"):
-            self.test_stage()
-            self.untrained()
+        try:
+            with self.watch.time("search"):
+                self.search()
+            with self.watch.time("test"):
+                self.test_stage()
+                self.untrained()
+        finally:
+            self.executor.close()
         self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
         self.write_record()
         self.update_leaderboard()
         return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
+
+
+def load_run_dataset(config: RunConfig, cache: Path) -> ImageDataset:
+    """The configured dataset, subsampled as configured."""
+    c = config.data
+    options = DatasetOptions(data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache)
+    return subsample(load_dataset(c.dataset, options), c.max_classes, c.max_per_class)
+
+
+def fold_data(dataset: ImageDataset, splits: MLRCSplit) -> FoldData:
+    """The per-fold train/val sets and the test set of a split."""
+    return FoldData([(dataset.subset(f.train), dataset.subset(f.val)) for f in splits.folds], dataset.subset(splits.test))
+
+
+def _load_fold_data(config: RunConfig, cache: Path) -> FoldData:
+    # Runs in each worker process: the dataset comes from the on-disk cache, the split is recomputed
+    # (a pure function of the labels), so nothing large is pickled across processes.
+    dataset = load_run_dataset(config, cache)
+    return fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+
+
+def default_jobs(device: torch.device) -> int:
+    """Fold-parallel processes: one per core on CPU (at most 4 folds run at once), 1 on a GPU."""
+    return 1 if device.type != "cpu" else max(1, min(4, os.cpu_count() or 1))
+
+
+def subsample(dataset: ImageDataset, max_classes: int, max_per_class: int) -> ImageDataset:
+    """The first ``max_classes`` classes (sorted ids) and first ``max_per_class`` images of each (0 = all)."""
+    if max_classes > 0:
+        dataset = dataset.subset(dataset.classes()[:max_classes].tolist())
+    if max_per_class > 0:
+        order = np.argsort(dataset.labels, kind="stable")
+        labels = dataset.labels[order]
+        starts = np.searchsorted(labels, labels, side="left")
+        keep = np.sort(order[(np.arange(len(labels)) - starts) < max_per_class])
+        dataset = dataclasses.replace(
+            dataset, images=dataset.images[torch.from_numpy(keep)], labels=dataset.labels[keep]
+        )
+    return dataset
 
 
 def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarray:

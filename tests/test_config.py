@@ -1,0 +1,95 @@
+"""Config strictness: bad keys and types fail before compute, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmark.budgets import BUDGETS
+from benchmark.config import (
+    config_from_mapping,
+    deviations,
+    load_protocol_file,
+    parse_set_option,
+    resolve_config,
+)
+from benchmark.errors import ConfigError
+from benchmark.protocol.runner import MLRCRun, RunRequest
+
+PAPER = load_protocol_file("mlrc")
+
+
+def test_protocol_file_is_valid_and_matches_spec() -> None:
+    c = config_from_mapping(PAPER)
+    assert (c.train.batch_size, c.train.iters_per_epoch, c.train.max_epochs) == (32, 100, 1000)
+    assert (c.train.lr, c.train.weight_decay, c.train.momentum) == (1e-6, 1e-4, 0.9)
+    assert (c.search.n_trials, c.search.n_startup_trials, c.search.sampler) == (50, 5, "gp")
+    assert c.test.reps == 10 and c.model.embedding_dim == 128 and c.protocol.n_folds == 4
+
+
+@pytest.mark.parametrize("budget", BUDGETS.names())
+def test_every_budget_resolves(budget: str) -> None:
+    resolved, paper = resolve_config(PAPER, BUDGETS.get(budget).overrides, {})
+    devs = {d.key for d in deviations(resolved, paper)}
+    assert devs == set(BUDGETS.get(budget).overrides) - {
+        k for k, v in BUDGETS.get(budget).overrides.items() if _paper_value(k) == v
+    }
+
+
+def _paper_value(key: str) -> object:
+    section, name = key.split(".")
+    return PAPER.get(section, {}).get(name, object())
+
+
+def test_paper_budget_has_no_deviations() -> None:
+    resolved, paper = resolve_config(PAPER, {}, {})
+    assert deviations(resolved, paper) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"train.lrr": 1e-3}, "'train.lrr'"),
+        ({"trian.lr": 1e-3}, "'trian'"),
+        ({"train.lr": "fast"}, "'train.lr' must be a number"),
+        ({"train.batch_size": 3.5}, "'train.batch_size' must be an integer"),
+        ({"model.pretrained": 1}, "'model.pretrained' must be true or false"),
+        ({"test.metrics": "map_at_r"}, "'test.metrics' must be a list"),
+    ],
+)
+def test_bad_override_names_the_key(override: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve_config(PAPER, {}, override)
+
+
+def test_unknown_key_in_protocol_file() -> None:
+    bad = {**PAPER, "train": {**PAPER["train"], "epochs": 3}}
+    with pytest.raises(ConfigError, match="'train.epochs'.*Valid keys there: batch_size"):
+        config_from_mapping(bad)
+
+
+def test_set_option_parsing() -> None:
+    assert parse_set_option("train.lr=1e-4") == ("train.lr", 1e-4)
+    assert parse_set_option("model.pretrained=false") == ("model.pretrained", False)
+    assert parse_set_option("data.dataset=omniglot") == ("data.dataset", "omniglot")
+    assert parse_set_option('test.metrics=["map_at_r"]') == ("test.metrics", ["map_at_r"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_set_option("train.lr")
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "message"),
+    [
+        ({"loss": "mfcnt"}, "Unknown loss 'mfcnt'. Did you mean 'mfcont'"),
+        ({"loss": "mfcont", "budget": "tiny"}, "Unknown budget 'tiny'"),
+        ({"loss": "mfcont", "dataset": "omniglott"}, "Did you mean 'omniglot'"),
+        ({"loss": "mfcont", "sampler": "cmaes"}, "Unknown sampler 'cmaes'"),
+        ({"loss": "mfcont", "overrides": {"model.trunk": "vgg"}}, "Unknown trunk 'vgg'"),
+        ({"loss": "mfcont", "overrides": {"loss.margin": 0.1}}, "Unknown loss.margin for loss 'mfcont'"),
+        ({"loss": "mfcont", "overrides": {"test.reps": 1}}, "test.reps must be >= 2"),
+    ],
+)
+def test_run_request_validated_before_compute(request_kwargs: dict[str, object], message: str) -> None:
+    run = MLRCRun(RunRequest(**request_kwargs))  # type: ignore[arg-type]
+    with pytest.raises(Exception, match=message):
+        run.resolve()
+    assert not hasattr(run, "dataset")  # nothing was loaded
