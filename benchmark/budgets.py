@@ -50,7 +50,7 @@ BUDGETS.register(
         "Default: the full protocol on a 2-core CPU in minutes (fewer trials/reps, short schedule).",
         {
             **_CPU_COMMON,
-            "train.max_epochs": 4,
+            "train.max_epochs": 3,
             "train.eval_every": 1,
             "train.patience": 2,
             "search.n_trials": 8,

@@ -11,6 +11,7 @@ import scipy.io
 import torch
 from PIL import Image
 
+from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch
 from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, validate_dataset
 from benchmark.data.standard import (
     PARTITIONS,
@@ -86,7 +87,7 @@ def _make_sop(root: Path) -> Path:
     sop = root / "Stanford_Online_Products"
     header = "image_id class_id super_class_id path\n"
     for part, class_ids in (("train", (1, 2)), ("test", (3, 4))):
-        rows = []
+        rows: list[str] = []
         for class_id in class_ids:
             for k in range(2):
                 rel = f"bicycle_final/{1000 + class_id}_{k}.JPG"
@@ -135,7 +136,9 @@ def _make_svhn(root: Path) -> tuple[Path, np.ndarray]:
     svhn.mkdir(parents=True)
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, size=(32, 32, 3, 5), dtype=np.uint8)
-    scipy.io.savemat(svhn / "train_32x32.mat", {"X": x[..., :3], "y": np.array([[10], [1], [9]], dtype=np.uint8)})
+    scipy.io.savemat(
+        svhn / "train_32x32.mat", {"X": x[..., :3], "y": np.array([[10], [1], [9]], dtype=np.uint8)}
+    )
     scipy.io.savemat(svhn / "test_32x32.mat", {"X": x[..., 3:], "y": np.array([[10], [3]], dtype=np.uint8)})
     return svhn, x
 
@@ -145,7 +148,8 @@ def _make_food(root: Path) -> Path:
     (food / "meta").mkdir(parents=True)
     classes = ["apple_pie", "baby_back_ribs", "waffles"]
     (food / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
-    train, test = [], []
+    train: list[str] = []
+    test: list[str] = []
     for c in classes:
         for k in range(3):
             entry = f"{c}/{100 + k}"
@@ -209,10 +213,12 @@ def test_missing_data_dir_is_an_error(tmp_path: Path) -> None:
 def test_cub200_incomplete_and_malformed(tmp_path: Path) -> None:
     cub = _make_cub(tmp_path)
     (cub / "images" / "002.Bird_2" / "Bird_2_1.jpg").unlink()
-    with pytest.raises(DataError, match=r"1 of 8 listed images are missing, e\.g\. images/002\.Bird_2/Bird_2_1\.jpg"):
+    with pytest.raises(
+        DataError, match=r"1 of 8 listed images are missing, e\.g\. images/002\.Bird_2/Bird_2_1\.jpg"
+    ):
         load_cub200(_options(tmp_path))
     (cub / "images.txt").write_text("1 001.Bird_1/Bird_1_0.jpg\n2 two fields too many\n")
-    with pytest.raises(DataError, match=r"images\.txt, line 2: expected 2 fields, got 4"):
+    with pytest.raises(DataError, match=r"images\.txt, line 2: expected 2 fields, got 5"):
         load_cub200(_options(tmp_path))
 
 
@@ -270,7 +276,9 @@ def test_inshop_item_ids_and_query_gallery(tmp_path: Path) -> None:
     assert [len(parts[p]) for p in ("train", "query", "gallery")] == [2, 2, 3]
     assert parts["query"].classes().tolist() == parts["gallery"].classes().tolist() == [2, 7]
     assert parts["train"].classes().tolist() == [1]
-    assert parts["gallery"].paths[-1] == "img/MEN/Tees/id_00000007/01_3_back.jpg"
+    gallery = parts["gallery"]
+    assert isinstance(gallery, LazyImageDataset)
+    assert gallery.paths[-1] == "img/MEN/Tees/id_00000007/01_3_back.jpg"
 
 
 def test_inshop_truncated_partition_file(tmp_path: Path) -> None:
@@ -385,6 +393,16 @@ def test_lazy_images_index_like_a_tensor(tmp_path: Path) -> None:
     assert (everything[0].float().mean(dim=(1, 2)) - torch.tensor(COLOURS[1])).abs().max() < 8
 
 
+def test_lazy_images_feed_the_augmentation_pipeline(tmp_path: Path) -> None:
+    # The trainer indexes dataset.images with a LongTensor batch and slices it for evaluation.
+    _make_cub(tmp_path)
+    ds = load_cub200(_options(tmp_path)).subset([1, 2])
+    batch = train_batch(ds.images[torch.tensor([0, 3])], PAPER_AUGMENT, torch.Generator().manual_seed(0))
+    assert batch.shape == (2, 3, 8, 8) and batch.dtype == torch.float32
+    assert eval_batch(ds.images[0 : len(ds.images)]).shape == (4, 3, 8, 8)
+    assert ds.images.shape[1] == 3
+
+
 def test_subset_take_and_fingerprint(tmp_path: Path) -> None:
     _make_cub(tmp_path)
     ds = load_cub200(_options(tmp_path))
@@ -420,7 +438,7 @@ def test_decode_resizes_shorter_side_and_centre_crops(tmp_path: Path) -> None:
 def test_damaged_image_fails_at_decode_naming_the_file(tmp_path: Path) -> None:
     cub = _make_cub(tmp_path)
     ds = load_cub200(_options(tmp_path))
-    (cub / "images" / ds.paths[1]).write_bytes(b"not an image")
+    (cub / ds.paths[1]).write_bytes(b"not an image")
     with pytest.raises(DataError, match=r"Cannot decode image .*Bird_1_1\.jpg of dataset 'cub200'"):
         ds.images[0:2]
 

@@ -424,10 +424,12 @@ def _mat_field(record: np.ndarray, name: str) -> list[Any]:
 
 def _load_mat(path: Path, layout: _Layout) -> dict[str, Any]:
     import scipy.io
+    from scipy.io.matlab import MatReadError
 
     try:
         mat: dict[str, Any] = scipy.io.loadmat(path, squeeze_me=True)
-    except (OSError, ValueError, NotImplementedError, TypeError) as exc:
+    # NotImplementedError: MATLAB v7.3 (HDF5) files, which scipy cannot read.
+    except (OSError, ValueError, NotImplementedError, TypeError, MatReadError) as exc:
         raise DataError(f"Cannot read {path} of dataset {layout.name!r}: {exc}. {layout.source}") from exc
     return mat
 
@@ -731,7 +733,10 @@ def _tinyimagenet(options: DatasetOptions) -> _Loaded:
         parts.append("test")
     names = dict(enumerate(wnids))
     if (root / "words.txt").is_file():
-        words = dict(r for r in _read_rows(root / "words.txt", 2, layout, sep="\t") if r[0] in class_id)
+        # Names are a convenience: an odd line in this 82k-line WordNet file is skipped, not fatal.
+        lines = (root / "words.txt").read_text(encoding="utf-8", errors="replace").splitlines()
+        pairs = (line.split("\t", 1) for line in lines)
+        words = {p[0]: p[1].strip() for p in pairs if len(p) == 2 and p[0] in class_id}
         names = {i: f"{w} ({words[w]})" if w in words else w for i, w in enumerate(wnids)}
     # Native 64 px: resize the shorter side to S and centre-crop S (no MLRC margin for thumbnails).
     dataset = _lazy(layout, root, paths, labels, names, options, resize_ratio=1.0)

@@ -30,6 +30,7 @@ class Progress:
         self.tty = self.stream.isatty()
         self._fold_times: list[float] = []
         self._last_len = 0
+        self.parallel = 1  # fold trainings running at once
 
     def fold_finished(self, wall_s: float) -> None:
         self.done += 1
@@ -43,7 +44,7 @@ class Progress:
         if not self._fold_times:
             return "?"
         mean = sum(self._fold_times) / len(self._fold_times)
-        return format_duration(mean * max(0, self.total - self.done))
+        return format_duration(mean * max(0, self.total - self.done) / self.parallel)
 
     def status(self, text: str, *, persistent: bool = False) -> None:
         """Show ``text`` with the ETA; ``persistent`` lines are kept on a terminal too."""

@@ -63,6 +63,9 @@ from benchmark.stats import t_interval
 
 RECORD_SCHEMA = "dmlbench.run/1"
 
+# Our own progress display says what Optuna's per-trial INFO lines would, in the protocol's terms.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
 AUGMENTS: dict[str, AugmentSpec | None] = {
     "paper": PAPER_AUGMENT,
     "characters": CHARACTER_AUGMENT,
@@ -196,6 +199,7 @@ class MLRCRun:
         loader = functools.partial(_load_fold_data, self.config, cache_dir())
         self.executor = FoldExecutor(setup, data, loader, jobs)
         self.jobs = jobs
+        self.progress.parallel = jobs
 
     # -- step 4 ---------------------------------------------------------------------------------
     def prepare_run_dir(self) -> None:

@@ -1,0 +1,183 @@
+"""End-to-end: `dmlbench run --budget smoke` as a subprocess; record structure; leaderboard = record;
+resume after SIGKILL; determinism across processes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+pytestmark = pytest.mark.slow
+
+SMOKE = ["--budget", "smoke", "--quiet"]
+
+
+def dmlbench(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmark.cli.main", *args], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+def load_record(results: Path, loss: str = "mfcont", budget: str = "smoke") -> dict[str, Any]:
+    path = results / "glyphs" / "mlrc" / "records" / f"{loss}.{budget}.seed0.json"
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, Path, str]:
+    root = tmp_path_factory.mktemp("e2e")
+    proc = dmlbench(
+        "run", "--loss", "mfcont", *SMOKE, "--out", str(root / "runs"), "--results-dir", str(root / "results"),
+        cache=cache_dir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "runs", root / "results", proc.stdout
+
+
+def test_record_structure(smoke_run: tuple[Path, Path, str]) -> None:
+    _, results, _ = smoke_run
+    rec = load_record(results)
+    assert rec["schema"] == "dmlbench.run/1"
+    assert (rec["protocol"], rec["dataset"], rec["loss"], rec["budget"]) == ("mlrc", "glyphs", "mfcont", "smoke")
+    assert rec["search"]["n_trials"] == 3
+    trials = rec["search"]["trials"]
+    assert len([t for t in trials if t["state"] == "COMPLETE"]) == 3
+    assert [t["origin"] for t in trials[:2]] == ["sobol", "sobol"]
+    for t in trials:
+        assert len(t["folds"]) == 4 and all(0 <= f["best_val_map_at_r"] <= 1 for f in t["folds"])
+        assert t["value"] == pytest.approx(sum(f["best_val_map_at_r"] for f in t["folds"]) / 4)
+    best = max(trials, key=lambda t: t["value"])
+    assert rec["search"]["best_trial"] == best["number"]
+    for mode in ("separated", "concatenated"):
+        for metric in ("map_at_r", "precision_at_1", "r_precision"):
+            values = rec["test"]["per_rep"][mode][metric]
+            assert len(values) == 2 and all(0 <= v <= 1 for v in values)
+            assert rec["test"]["summary"][mode][metric]["mean"] == pytest.approx(sum(values) / 2)
+            assert 0 <= rec["untrained"][mode][metric] <= 1
+    # Separated = mean over the 4 fold models of each rep.
+    for rep in rec["test"]["rep_details"]:
+        per_fold = [pf["map_at_r"] for pf in rep["per_fold"]]
+        assert rep["separated"]["map_at_r"] == pytest.approx(sum(per_fold) / 4)
+    keys = {d["key"] for d in rec["deviations"]}
+    assert {"model.trunk", "search.n_trials", "test.reps"} <= keys
+    assert rec["data"]["n_classes"] == 100 and rec["data"]["n_test_classes"] == 50
+    assert rec["environment"]["packages"]["torch"]
+    assert set(rec["timings_s"]) >= {"data", "search", "test", "total"}
+
+
+def test_leaderboard_row_matches_record(smoke_run: tuple[Path, Path, str]) -> None:
+    _, results, stdout = smoke_run
+    rec = load_record(results)
+    with (results / "glyphs" / "mlrc" / "leaderboard.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    row = next(r for r in rows if r["loss"] == "mfcont" and r["budget"] == "smoke")
+    for mode in ("separated", "concatenated"):
+        for metric in ("map_at_r", "precision_at_1", "r_precision"):
+            summary = rec["test"]["summary"][mode][metric]
+            assert float(row[f"{mode}_{metric}_mean"]) == summary["mean"]
+            assert float(row[f"{mode}_{metric}_ci"]) == summary["half_width"]
+    untrained = next(r for r in rows if r["loss"] == "untrained")
+    assert float(untrained["separated_map_at_r_mean"]) == rec["untrained"]["separated"]["map_at_r"]
+    md = (results / "glyphs" / "mlrc" / "leaderboard.md").read_text()
+    s = rec["test"]["summary"]["separated"]["map_at_r"]
+    assert f"{100 * s['mean']:.2f} ± {100 * s['half_width']:.2f}" in md
+    assert "Deviations from the paper protocol" in md and "`search.n_trials` = 3 (paper 50)" in md
+    assert "leaderboard.md" in stdout and "MeanFieldContrastive" in stdout
+
+
+def test_rerun_is_a_noop_resume(smoke_run: tuple[Path, Path, str], cache_dir: Path) -> None:
+    runs, results, _ = smoke_run
+    before = load_record(results)
+    proc = dmlbench(
+        "run", "--loss", "mfcont", *SMOKE, "--out", str(runs), "--results-dir", str(results), cache=cache_dir
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = load_record(results)
+    assert after["search"]["trials"] == before["search"]["trials"]
+    assert after["test"]["per_rep"] == before["test"]["per_rep"]
+
+
+def test_unknown_loss_exits_2_before_compute(tmp_path: Path, cache_dir: Path) -> None:
+    proc = dmlbench("run", "--loss", "mfcnt", "--out", str(tmp_path), cache=cache_dir)
+    assert proc.returncode == 2
+    assert "Did you mean 'mfcont'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def _completed_trials(journal: Path) -> int:
+    if not journal.exists():
+        return 0
+    try:
+        storage = JournalStorage(JournalFileBackend(str(journal)))
+        study = optuna.load_study(study_name="search", storage=storage)
+    except Exception:  # the study may not be created yet
+        return 0
+    return sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+
+
+def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path, cache_dir: Path) -> None:
+    out, results = tmp_path / "runs", tmp_path / "results"
+    args = ["run", "--loss", "contrastive", *SMOKE, "--set", "search.n_trials=4", "--jobs", "1",
+            "--out", str(out), "--results-dir", str(results)]
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "benchmark.cli.main", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    journal = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(out.glob("glyphs/mlrc/*/study.journal"))
+        if found and _completed_trials(found[0]) >= 2:
+            journal = found[0]
+            break
+        time.sleep(0.2)
+    assert journal is not None, "run finished or timed out before 2 trials were complete"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = _completed_trials(journal)
+    assert 2 <= killed_at < 4
+    assert not (results / "glyphs" / "mlrc" / "records").exists()
+
+    done = dmlbench(*args, cache=cache_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = load_record(results, loss="contrastive")
+    trials = rec["search"]["trials"]
+    counted = [t for t in trials if t["state"] == "COMPLETE" or (t["state"] == "FAIL" and not t["interrupted"])]
+    assert len(counted) == 4
+    # Trials finished before the kill are kept, not redone.
+    assert [t["number"] for t in trials if t["state"] == "COMPLETE"][:killed_at] == list(range(killed_at))
+    # An interrupted trial is retried with the same parameters.
+    for t in trials:
+        if t["interrupted"]:
+            retry = next(u for u in trials if u["state"] == "COMPLETE" and u["params"] == t["params"])
+            assert retry["number"] > t["number"]
+
+
+def test_same_seed_same_numbers_across_processes(tmp_path: Path, cache_dir: Path) -> None:
+    records = []
+    for name in ("a", "b"):
+        proc = dmlbench(
+            "run", "--loss", "proxyanchor", *SMOKE, "--set", "search.n_trials=2", "--set", "search.n_startup_trials=1",
+            "--out", str(tmp_path / name / "runs"), "--results-dir", str(tmp_path / name / "results"),
+            cache=cache_dir,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        records.append(load_record(tmp_path / name / "results", loss="proxyanchor"))
+    a, b = records
+    assert a["data"]["split_fingerprint"] == b["data"]["split_fingerprint"]
+    assert [t["params"] for t in a["search"]["trials"]] == [t["params"] for t in b["search"]["trials"]]
+    assert [t["value"] for t in a["search"]["trials"]] == [t["value"] for t in b["search"]["trials"]]
+    assert a["test"]["per_rep"] == b["test"]["per_rep"]
+    assert a["untrained"] == b["untrained"]
