@@ -53,9 +53,9 @@ BUDGETS.register(
             "train.max_epochs": 3,
             "train.eval_every": 1,
             "train.patience": 2,
-            "search.n_trials": 8,
+            "search.n_trials": 10,
             "search.n_startup_trials": 5,
-            "test.reps": 3,
+            "test.reps": 4,
         },
     ),
 )

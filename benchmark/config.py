@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import tomllib
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+import tomllib
 
 from benchmark.errors import ConfigError
 
@@ -181,7 +182,8 @@ def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
 
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
     """JSON-friendly nested dict of a config (tuples become lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
+    out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(config)))
+    return out
 
 
 def config_hash(config: RunConfig) -> str:

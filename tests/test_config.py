@@ -63,7 +63,7 @@ def test_bad_override_names_the_key(override: dict[str, object], message: str) -
 
 def test_unknown_key_in_protocol_file() -> None:
     bad = {**PAPER, "train": {**PAPER["train"], "epochs": 3}}
-    with pytest.raises(ConfigError, match="'train.epochs'.*Valid keys there: batch_size"):
+    with pytest.raises(ConfigError, match=r"'train.epochs'.*Valid keys there: batch_size"):
         config_from_mapping(bad)
 
 

@@ -27,7 +27,11 @@ SMOKE = ["--budget", "smoke", "--quiet"]
 def dmlbench(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
     return subprocess.run(
-        [sys.executable, "-m", "benchmark.cli.main", *args], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-m", "benchmark.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -40,7 +44,14 @@ def load_record(results: Path, loss: str = "mfcont", budget: str = "smoke") -> d
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, Path, str]:
     root = tmp_path_factory.mktemp("e2e")
     proc = dmlbench(
-        "run", "--loss", "mfcont", *SMOKE, "--out", str(root / "runs"), "--results-dir", str(root / "results"),
+        "run",
+        "--loss",
+        "mfcont",
+        *SMOKE,
+        "--out",
+        str(root / "runs"),
+        "--results-dir",
+        str(root / "results"),
         cache=cache_dir,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,7 +62,12 @@ def test_record_structure(smoke_run: tuple[Path, Path, str]) -> None:
     _, results, _ = smoke_run
     rec = load_record(results)
     assert rec["schema"] == "dmlbench.run/1"
-    assert (rec["protocol"], rec["dataset"], rec["loss"], rec["budget"]) == ("mlrc", "glyphs", "mfcont", "smoke")
+    assert (rec["protocol"], rec["dataset"], rec["loss"], rec["budget"]) == (
+        "mlrc",
+        "glyphs",
+        "mfcont",
+        "smoke",
+    )
     assert rec["search"]["n_trials"] == 3
     trials = rec["search"]["trials"]
     assert len([t for t in trials if t["state"] == "COMPLETE"]) == 3
@@ -128,13 +144,42 @@ def _completed_trials(journal: Path) -> int:
     return sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
 
 
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path, cache_dir: Path) -> None:
     out, results = tmp_path / "runs", tmp_path / "results"
-    args = ["run", "--loss", "contrastive", *SMOKE, "--set", "search.n_trials=4", "--jobs", "1",
-            "--out", str(out), "--results-dir", str(results)]
+    args = [
+        "run",
+        "--loss",
+        "contrastive",
+        *SMOKE,
+        "--set",
+        "search.n_trials=4",
+        "--jobs",
+        "2",
+        "--out",
+        str(out),
+        "--results-dir",
+        str(results),
+    ]
     env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmark.cli.main", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmark.cli.main", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     journal = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -144,8 +189,15 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
             break
         time.sleep(0.2)
     assert journal is not None, "run finished or timed out before 2 trials were complete"
+    children = _children(proc.pid)
+    assert children, "expected fold worker processes"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    # Workers notice their parent died and exit instead of training on as orphans.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.2)
+    assert not [pid for pid in children if _alive(pid)]
     killed_at = _completed_trials(journal)
     assert 2 <= killed_at < 4
     assert not (results / "glyphs" / "mlrc" / "records").exists()
@@ -154,7 +206,9 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
     assert done.returncode == 0, done.stderr[-3000:]
     rec = load_record(results, loss="contrastive")
     trials = rec["search"]["trials"]
-    counted = [t for t in trials if t["state"] == "COMPLETE" or (t["state"] == "FAIL" and not t["interrupted"])]
+    counted = [
+        t for t in trials if t["state"] == "COMPLETE" or (t["state"] == "FAIL" and not t["interrupted"])
+    ]
     assert len(counted) == 4
     # Trials finished before the kill are kept, not redone.
     assert [t["number"] for t in trials if t["state"] == "COMPLETE"][:killed_at] == list(range(killed_at))
@@ -169,8 +223,18 @@ def test_same_seed_same_numbers_across_processes(tmp_path: Path, cache_dir: Path
     records = []
     for name in ("a", "b"):
         proc = dmlbench(
-            "run", "--loss", "proxyanchor", *SMOKE, "--set", "search.n_trials=2", "--set", "search.n_startup_trials=1",
-            "--out", str(tmp_path / name / "runs"), "--results-dir", str(tmp_path / name / "results"),
+            "run",
+            "--loss",
+            "proxyanchor",
+            *SMOKE,
+            "--set",
+            "search.n_trials=2",
+            "--set",
+            "search.n_startup_trials=1",
+            "--out",
+            str(tmp_path / name / "runs"),
+            "--results-dir",
+            str(tmp_path / name / "results"),
             cache=cache_dir,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]

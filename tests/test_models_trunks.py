@@ -46,7 +46,7 @@ def test_frozen_bn_keeps_running_stats() -> None:
 
 
 def test_pretrained_without_weights_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="no model.trunk_weights file"):
+    with pytest.raises(ConfigError, match=r"no model\.trunk_weights file"):
         build_model("resnet18", 3, 8, pretrained=True, weights_path="", seed=0)
 
 

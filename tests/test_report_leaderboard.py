@@ -15,7 +15,9 @@ METRICS = ["map_at_r", "precision_at_1", "r_precision"]
 
 def record(loss: str, display: str, sep_map: float, created: str, budget: str = "mini") -> dict[str, Any]:
     def summary(v: float) -> dict[str, dict[str, float]]:
-        return {m: {"mean": v, "half_width": 0.01, "n": 3, "low": v - 0.01, "high": v + 0.01} for m in METRICS}
+        return {
+            m: {"mean": v, "half_width": 0.01, "n": 3, "low": v - 0.01, "high": v + 0.01} for m in METRICS
+        }
 
     return {
         "loss": loss,
@@ -26,8 +28,11 @@ def record(loss: str, display: str, sep_map: float, created: str, budget: str = 
         "environment": {"git": {"commit": "abcdef1234567", "dirty": False}},
         "deviations": [{"key": "test.reps", "paper": 10, "value": 3}],
         "search": {"n_trials": 8, "trials": [{"state": "COMPLETE"}] * 8},
-        "test": {"reps": 3, "metrics": METRICS,
-                 "summary": {"separated": summary(sep_map), "concatenated": summary(sep_map + 0.05)}},
+        "test": {
+            "reps": 3,
+            "metrics": METRICS,
+            "summary": {"separated": summary(sep_map), "concatenated": summary(sep_map + 0.05)},
+        },
         "untrained": {mode: {m: 0.05 for m in METRICS} for mode in ("separated", "concatenated")},
     }
 
@@ -46,23 +51,36 @@ def test_format_cell() -> None:
 
 
 def test_markdown_rows_bold_and_footer(tmp_path: Path) -> None:
-    root = write(tmp_path, [record("mfcont", "MFCont", 0.30, "2026-01-02"), record("ms", "MS", 0.20, "2026-01-01")])
-    md_path, csv_path = write_leaderboard(root, "glyphs", "mlrc")
+    root = write(
+        tmp_path, [record("mfcont", "MFCont", 0.30, "2026-01-02"), record("ms", "MS", 0.20, "2026-01-01")]
+    )
+    md_path, _ = write_leaderboard(root, "glyphs", "mlrc")
     lines = md_path.read_text().splitlines()
-    assert "| Untrained (init trunk + random embedder) | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 1 | 0 | abcdef1234 |" in lines
-    assert ("| MFCont | **30.00 ± 1.00** | **30.00 ± 1.00** | **30.00 ± 1.00** | **35.00 ± 1.00** | "
-            "**35.00 ± 1.00** | **35.00 ± 1.00** | 3 | 0 | abcdef1234 |") in lines
-    assert "| MS | 20.00 ± 1.00 | 20.00 ± 1.00 | 20.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 | 3 | 0 | abcdef1234 |" in lines
+    assert (
+        "| Untrained (init trunk + random embedder) | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
+        "| 1 | 0 | abcdef1234 |" in lines
+    )
+    assert (
+        "| MFCont | **30.00 ± 1.00** | **30.00 ± 1.00** | **30.00 ± 1.00** | **35.00 ± 1.00** | "
+        "**35.00 ± 1.00** | **35.00 ± 1.00** | 3 | 0 | abcdef1234 |"
+    ) in lines
+    assert (
+        "| MS | 20.00 ± 1.00 | 20.00 ± 1.00 | 20.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 "
+        "| 25.00 ± 1.00 | 3 | 0 | abcdef1234 |" in lines
+    )
     assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in lines
     assert "Budget `mini`; search trials per loss: mfcont 8/8, ms 8/8." in lines
 
 
 def test_latest_record_per_loss_wins_and_budgets_are_separate(tmp_path: Path) -> None:
-    root = write(tmp_path, [
-        record("ms", "MS", 0.10, "2026-01-01"),
-        record("ms", "MS", 0.20, "2026-01-03"),
-        record("ms", "MS", 0.90, "2026-01-02", budget="smoke"),
-    ])
+    root = write(
+        tmp_path,
+        [
+            record("ms", "MS", 0.10, "2026-01-01"),
+            record("ms", "MS", 0.20, "2026-01-03"),
+            record("ms", "MS", 0.90, "2026-01-02", budget="smoke"),
+        ],
+    )
     write_leaderboard(root, "glyphs", "mlrc")
     rows = list(csv.DictReader(io.StringIO((root / "glyphs" / "mlrc" / "leaderboard.csv").read_text())))
     ms = {(r["budget"], r["loss"]): float(r["separated_map_at_r_mean"]) for r in rows}

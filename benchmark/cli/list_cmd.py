@@ -7,22 +7,23 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import load_protocol_file
+from benchmark.config import PROTOCOLS_DIR, load_protocol_file
 from benchmark.data import DATASETS
 from benchmark.errors import UnknownNameError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.trunks import TRUNKS
-from benchmark.config import PROTOCOLS_DIR
 from benchmark.search.study import SAMPLERS
 
 
 def _losses() -> list[str]:
     out = []
     for name, s in LOSSES.items():
-        kind = f"pair-based (m=4)" if s.pair_based else "class-based (m=1)"
-        out.append(f"{name:12s} {s.display_name} [{s.source}; {kind}; {s.embedding_space}"
-                   f"{'; learnable params' if s.has_parameters else ''}]")
+        kind = "pair-based (m=4)" if s.pair_based else "class-based (m=1)"
+        out.append(
+            f"{name:12s} {s.display_name} [{s.source}; {kind}; {s.embedding_space}"
+            f"{'; learnable params' if s.has_parameters else ''}]"
+        )
         if s.description:
             out.append(f"    {s.description}")
         out.append("    defaults: " + ", ".join(f"{k}={v:g}" for k, v in s.defaults.items()))
@@ -34,8 +35,10 @@ def _losses() -> list[str]:
 
 
 def _datasets() -> list[str]:
-    return [f"{n:12s} {s.description}{' (needs --data-dir)' if s.requires_data_dir else ''}"
-            for n, s in DATASETS.items()]
+    return [
+        f"{n:12s} {s.description}{' (needs --data-dir)' if s.requires_data_dir else ''}"
+        for n, s in DATASETS.items()
+    ]
 
 
 def _protocols() -> list[str]:
@@ -60,8 +63,10 @@ def _trunks() -> list[str]:
 
 
 def _metrics() -> list[str]:
-    return [f"{n:16s} {s.display_name} ({'higher' if s.higher_is_better else 'lower'} is better)"
-            for n, s in METRICS.items()]
+    return [
+        f"{n:16s} {s.display_name} ({'higher' if s.higher_is_better else 'lower'} is better)"
+        for n, s in METRICS.items()
+    ]
 
 
 def _samplers() -> list[str]:

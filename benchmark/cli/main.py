@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dmlbench", description="Benchmark deep-metric-learning losses (MLRC protocol)."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in SUBCOMMANDS.items():
+    for module in SUBCOMMANDS.values():
         module.add_parser(sub)
     return parser
 

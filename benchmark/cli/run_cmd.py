@@ -17,17 +17,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dataset", default=None, help="dataset name (default: the protocol's, glyphs)")
     p.add_argument("--data-dir", default=None, help="where the dataset's files are")
     p.add_argument("--budget", default="mini", help="paper | mini | smoke (default: mini)")
-    p.add_argument("--seed", type=int, default=0, help="run seed (folds are seed-free; models, samplers use it)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="run seed (folds are seed-free; models, samplers use it)"
+    )
     p.add_argument("--sampler", default=None, help="gp | tpe | random (default: the protocol's, gp)")
     p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a config value, e.g. --set train.lr=1e-4 or --set loss.margin=0.1 (repeatable)",
     )
     p.add_argument("--out", type=Path, default=Path("runs"), help="run artefacts directory (default: runs/)")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="records and leaderboards")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:i]")
     p.add_argument(
-        "--jobs", type=int, default=0,
+        "--jobs",
+        type=int,
+        default=0,
         help="fold-parallel worker processes (default 0: one per CPU core, max 4; 1 on GPU)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -56,9 +64,7 @@ def handle(args: argparse.Namespace) -> int:
     print()
     print(md.read_text(encoding="utf-8"))
     timings = result.record["timings_s"]
-    print(
-        "timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
-    )
+    print("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     print(f"record:      {result.record_path}")
     print(f"run dir:     {result.run_dir}")
     for path in result.leaderboard_paths:

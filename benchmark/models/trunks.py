@@ -34,7 +34,7 @@ TRUNKS: Registry[TrunkSpec] = Registry("trunk")
 class SmallCNN(nn.Module):
     """Four conv-BN-ReLU blocks with max-pooling, global average pooling: the CPU default trunk."""
 
-    def __init__(self, in_channels: int, widths: tuple[int, ...] = (32, 64, 96, 128)) -> None:
+    def __init__(self, in_channels: int, widths: tuple[int, ...] = (16, 32, 64, 128)) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         prev = in_channels
@@ -48,7 +48,8 @@ class SmallCNN(nn.Module):
         self.out_dim = prev
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.features(x).mean(dim=(2, 3))
+        out: torch.Tensor = self.features(x).mean(dim=(2, 3))
+        return out
 
 
 def _small_cnn(in_channels: int) -> tuple[nn.Module, int]:
@@ -74,7 +75,9 @@ def _torchvision_resnet(arch: str) -> Callable[[int], tuple[nn.Module, int]]:
 
 TRUNKS.register(
     "smallcnn",
-    TrunkSpec("smallcnn", "4-block CNN (32-64-96-128 ch), for small grayscale images on CPU", _small_cnn, False),
+    TrunkSpec(
+        "smallcnn", "4-block CNN (16-32-64-128 ch), for small grayscale images on CPU", _small_cnn, False
+    ),
 )
 TRUNKS.register(
     "resnet18",
@@ -114,7 +117,8 @@ class EmbeddingModel(nn.Module):
         self.embedder = nn.Linear(trunk_dim, embedding_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.embedder(self.trunk(x))
+        out: torch.Tensor = self.embedder(self.trunk(x))
+        return out
 
 
 def build_model(

@@ -11,7 +11,16 @@ from typing import Any
 
 import torch
 
-_PACKAGES = ("dmlbench", "torch", "torchvision", "optuna", "faiss-cpu", "pytorch-metric-learning", "numpy", "scipy")
+_PACKAGES = (
+    "dmlbench",
+    "torch",
+    "torchvision",
+    "optuna",
+    "faiss-cpu",
+    "pytorch-metric-learning",
+    "numpy",
+    "scipy",
+)
 
 
 def git_commit(cwd: Path | None = None) -> dict[str, Any]:

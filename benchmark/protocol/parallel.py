@@ -10,8 +10,12 @@ result depends only on its seed, so ``--jobs`` changes wall time, not numbers.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import queue
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +64,9 @@ class WorkerSetup:
     threads: int
 
 
-def run_fold(setup: WorkerSetup, data: FoldData, task: FoldTask, on_epoch: EpochCallback | None) -> FoldOutcome:
+def run_fold(
+    setup: WorkerSetup, data: FoldData, task: FoldTask, on_epoch: EpochCallback | None
+) -> FoldOutcome:
     """Train one fold (and embed the test set if asked); divergence is returned, not raised."""
     device = torch.device(setup.device)
     train, val = data.folds[task.fold]
@@ -85,17 +91,34 @@ def run_fold(setup: WorkerSetup, data: FoldData, task: FoldTask, on_epoch: Epoch
 # Worker-process globals, set once by the pool initializer.
 _SETUP: WorkerSetup | None = None
 _DATA: FoldData | None = None
+_EVENTS: Any = None  # queue of (fold, epoch, val MAP@R, best) for the parent's progress display
 
 
-def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData]) -> None:
-    global _SETUP, _DATA
+def _exit_with_parent(parent_pid: int) -> None:
+    # A parent killed with SIGKILL cannot shut its pool down; without this watchdog its workers
+    # would keep training (and competing for the CPU with the resumed run).
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(1.0)
+
+
+def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData], events: Any, parent_pid: int) -> None:
+    global _SETUP, _DATA, _EVENTS
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     torch.set_num_threads(setup.threads)
-    _SETUP, _DATA = setup, loader()
+    _SETUP, _DATA, _EVENTS = setup, loader(), events
 
 
 def _run_in_worker(task: FoldTask) -> FoldOutcome:
-    assert _SETUP is not None and _DATA is not None, "worker not initialised"
-    return run_fold(_SETUP, _DATA, task, None)
+    if _SETUP is None or _DATA is None:
+        raise RuntimeError("fold worker used before its initializer ran")
+    events = _EVENTS
+
+    def report(epoch: int, val_map: float, best: float) -> None:
+        events.put((task.fold, epoch, val_map, best))
+
+    return run_fold(_SETUP, _DATA, task, report)
 
 
 class FoldExecutor:
@@ -116,23 +139,41 @@ class FoldExecutor:
             return
         if self._pool is None:
             # spawn, not fork: forking a process whose OpenMP/torch thread pools are running can hang.
+            ctx = mp.get_context("spawn")
+            # A plain queue handed over at worker creation (no Manager: its server process would
+            # outlive a killed parent).
+            self._events = ctx.Queue()
             self._pool = ProcessPoolExecutor(
                 self.jobs,
-                mp_context=mp.get_context("spawn"),
+                mp_context=ctx,
                 initializer=_init_worker,
-                initargs=(self.setup, self._loader),
+                initargs=(self.setup, self._loader, self._events, os.getpid()),
             )
-        futures: list[Future[FoldOutcome]] = [self._pool.submit(_run_in_worker, t) for t in tasks]
+        callbacks = {t.fold: on_epoch(t) for t in tasks} if on_epoch else {}
+        pending: set[Future[FoldOutcome]] = {self._pool.submit(_run_in_worker, t) for t in tasks}
         try:
-            for fut in as_completed(futures):
-                yield fut.result()
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                self._drain(callbacks)
+                for fut in done:
+                    yield fut.result()
         finally:
-            for fut in futures:
+            for fut in pending:
                 fut.cancel()
+
+    def _drain(self, callbacks: dict[int, EpochCallback]) -> None:
+        while True:
+            try:
+                fold, epoch, val_map, best = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if fold in callbacks:
+                callbacks[fold](epoch, val_map, best)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._events.close()
             self._pool = None
 
 

@@ -13,7 +13,7 @@ from typing import TextIO
 
 def format_duration(seconds: float) -> str:
     """``75`` -> ``"1m15s"``."""
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

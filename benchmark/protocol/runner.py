@@ -8,8 +8,8 @@ re-running the same command after an interruption continues where it stopped.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -38,7 +38,7 @@ from benchmark.data import DATASETS, DatasetOptions, load_dataset
 from benchmark.data.augment import CHARACTER_AUGMENT, PAPER_AUGMENT, AugmentSpec
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, mlrc_split
-from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
+from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.io import read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
@@ -139,6 +139,7 @@ class MLRCRun:
         self._validate_names(self.config)
         self.deviations: list[Deviation] = deviations(self.config, self.paper)
         self.search_space, self.fixed_params = self._search_space()
+        self.augment = AUGMENTS[self.config.data.augment]
         self.device = pick_device(req.device)
 
     def _validate_names(self, c: RunConfig) -> None:
@@ -361,9 +362,9 @@ class MLRCRun:
             rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
             write_json_atomic(rep_path, rep)
             self.rep_results.append(rep)
+            sep, cat = rep["separated"]["map_at_r"], rep["concatenated"]["map_at_r"]  # type: ignore[index]
             self.progress.status(
-                f"test rep {r + 1}/{c.test.reps}: separated MAP@R "
-                f"{rep['separated']['map_at_r']:.4f}, concatenated {rep['concatenated']['map_at_r']:.4f}",
+                f"test rep {r + 1}/{c.test.reps}: separated MAP@R {sep:.4f}, concatenated {cat:.4f}",
                 persistent=True,
             )
 
@@ -386,7 +387,9 @@ class MLRCRun:
             return
         embs = []
         for f in range(len(self.fold_sets)):
-            model = build_fold_model(self.config, self.dataset.images.shape[1], derive_seed(self.request.seed, "untrained", f))
+            model = build_fold_model(
+                self.config, self.dataset.images.shape[1], derive_seed(self.request.seed, "untrained", f)
+            )
             embs.append(embed(model.to(self.device), self.test_set.images, self.device))
         self.untrained_result = self._evaluate_folds(embs)
         write_json_atomic(path, self.untrained_result)
@@ -431,9 +434,7 @@ class MLRCRun:
             "seed": req.seed,
             "run_dir": str(self.run_dir),
             "config": config_to_dict(c),
-            "deviations": [
-                {"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations
-            ],
+            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
             "data": {
                 "dataset_fingerprint": self.dataset.fingerprint(),
                 "n_images": len(self.dataset.labels),
@@ -448,7 +449,9 @@ class MLRCRun:
             "search": {
                 "sampler": c.search.sampler,
                 "n_trials": c.search.n_trials,
-                "space": {k: {"low": d.low, "high": d.high, "log": d.log} for k, d in self.search_space.items()},
+                "space": {
+                    k: {"low": d.low, "high": d.high, "log": d.log} for k, d in self.search_space.items()
+                },
                 "fixed": self.fixed_params,
                 "best_trial": self.best.number,
                 "best_value": self.best.value,
@@ -467,7 +470,11 @@ class MLRCRun:
                 "concatenated": self.untrained_result["concatenated"],
             },
             "timings_s": self.watch.timings,
-            "execution": {"jobs": self.jobs, "device": str(self.device), "torch_threads_per_job": self.executor.setup.threads},
+            "execution": {
+                "jobs": self.jobs,
+                "device": str(self.device),
+                "torch_threads_per_job": self.executor.setup.threads,
+            },
         }
 
     def write_record(self) -> None:
@@ -495,7 +502,6 @@ class MLRCRun:
         """Execute every step in order (already finished work is reused)."""
         t0 = time.perf_counter()
         self.resolve()
-        self.augment = AUGMENTS[self.config.data.augment]
         with self.watch.time("data"):
             self.load_data()
             self.split()
@@ -519,13 +525,17 @@ class MLRCRun:
 def load_run_dataset(config: RunConfig, cache: Path) -> ImageDataset:
     """The configured dataset, subsampled as configured."""
     c = config.data
-    options = DatasetOptions(data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache)
+    options = DatasetOptions(
+        data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache
+    )
     return subsample(load_dataset(c.dataset, options), c.max_classes, c.max_per_class)
 
 
 def fold_data(dataset: ImageDataset, splits: MLRCSplit) -> FoldData:
     """The per-fold train/val sets and the test set of a split."""
-    return FoldData([(dataset.subset(f.train), dataset.subset(f.val)) for f in splits.folds], dataset.subset(splits.test))
+    return FoldData(
+        [(dataset.subset(f.train), dataset.subset(f.val)) for f in splits.folds], dataset.subset(splits.test)
+    )
 
 
 def _load_fold_data(config: RunConfig, cache: Path) -> FoldData:
@@ -565,8 +575,10 @@ def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarra
     if space == "cosine":
         parts = [e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12) for e in fold_embs]
         cat = np.concatenate(parts, axis=1)
-        return (cat / np.maximum(np.linalg.norm(cat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
-    return np.concatenate(fold_embs, axis=1).astype(np.float32)
+        out: np.ndarray = (cat / np.maximum(np.linalg.norm(cat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        return out
+    raw: np.ndarray = np.concatenate(fold_embs, axis=1).astype(np.float32)
+    return raw
 
 
 def _interval_dict(values: list[float], confidence: float) -> dict[str, float]:

@@ -86,7 +86,7 @@ def train_fold(
     loss_params: Mapping[str, float],
     train: ImageDataset,
     val: ImageDataset,
-    augment: AugmentSpec,
+    augment: AugmentSpec | None,
     seed: int,
     device: torch.device,
     on_epoch: EpochCallback | None = None,
@@ -102,7 +102,9 @@ def train_fold(
     train_labels = remap_labels(train.labels)
     n_classes = int(train_labels.max()) + 1
     torch.manual_seed(seed)  # loss parameter init (proxies, mean fields) draws from the global RNG
-    loss_fn = build_loss(loss_name, LossContext(n_classes, config.model.embedding_dim), loss_params).to(device)
+    loss_fn = build_loss(loss_name, LossContext(n_classes, config.model.embedding_dim), loss_params).to(
+        device
+    )
 
     model_params = list(model.parameters())
     opt = torch.optim.RMSprop(model_params, lr=tc.lr, weight_decay=tc.weight_decay, momentum=tc.momentum)
@@ -130,7 +132,9 @@ def train_fold(
         loss_fn.train()
         for batch in sampler.sample(tc.iters_per_epoch):
             idx = torch.from_numpy(batch)
-            x = train_batch(train.images[idx], augment, gen).to(device)
+            images = train.images[idx]
+            # augment None ("none"): train on the eval transform, e.g. for frozen-feature ablations.
+            x = (eval_batch(images) if augment is None else train_batch(images, augment, gen)).to(device)
             y = labels_t[idx].to(device)
             loss = loss_fn(model(x), y)
             if not torch.isfinite(loss):

@@ -100,7 +100,9 @@ def _columns(metrics: Sequence[str]) -> list[tuple[str, str]]:
     return [(mode, m) for mode, _ in MODES for m in metrics]
 
 
-def render_markdown(dataset: str, protocol: str, by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str]) -> str:
+def render_markdown(
+    dataset: str, protocol: str, by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str]
+) -> str:
     """The Markdown leaderboard of a dataset/protocol, one section per budget."""
     lines = [
         f"# Leaderboard: `{dataset}`, protocol `{protocol}`",
@@ -114,7 +116,9 @@ def render_markdown(dataset: str, protocol: str, by_budget: dict[str, list[dict[
         records = by_budget[budget]
         rows = build_rows(records, metrics)
         cols = _columns(metrics)
-        header = ["Loss"] + [f"{label} {METRICS.get(m).display_name}" for mode, label in MODES for m in metrics]
+        header = ["Loss"] + [
+            f"{label} {METRICS.get(m).display_name}" for mode, label in MODES for m in metrics
+        ]
         header += ["Reps", "Seed", "Commit"]
         best = {
             col: max(
@@ -124,7 +128,13 @@ def render_markdown(dataset: str, protocol: str, by_budget: dict[str, list[dict[
             )
             for col in cols
         }
-        lines += ["", f"## Budget `{budget}`", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [
+            "",
+            f"## Budget `{budget}`",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         for r in rows:
             cells = []
             for col in cols:
@@ -140,12 +150,21 @@ def _footer(budget: str, records: Sequence[dict[str, Any]]) -> list[str]:
     for r in records:
         for d in r.get("deviations", []):
             devs[d["key"]] = (d["paper"], d["value"])
-    out = [f"Budget `{budget}`; search trials per loss: "
-           + ", ".join(f"{r['loss']} {len([t for t in r['search']['trials'] if t['state'] == 'COMPLETE'])}"
-                       f"/{r['search']['n_trials']}" for r in records) + "."]
+    out = [
+        f"Budget `{budget}`; search trials per loss: "
+        + ", ".join(
+            f"{r['loss']} {len([t for t in r['search']['trials'] if t['state'] == 'COMPLETE'])}"
+            f"/{r['search']['n_trials']}"
+            for r in records
+        )
+        + "."
+    ]
     if devs:
-        out.append("Deviations from the paper protocol: "
-                   + "; ".join(f"`{k}` = {v[1]!r} (paper {v[0]!r})" for k, v in sorted(devs.items())) + ".")
+        out.append(
+            "Deviations from the paper protocol: "
+            + "; ".join(f"`{k}` = {v[1]!r} (paper {v[0]!r})" for k, v in sorted(devs.items()))
+            + "."
+        )
     else:
         out.append("No deviations from the paper protocol.")
     return out

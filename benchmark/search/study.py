@@ -72,9 +72,7 @@ def sobol_points(space: Mapping[str, SearchDim], n: int, seed: int) -> list[dict
     return points
 
 
-def open_study(
-    journal: Path, study_name: str, sampler: optuna.samplers.BaseSampler
-) -> optuna.Study:
+def open_study(journal: Path, study_name: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create or load the study stored in ``journal``."""
     journal.parent.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(journal)))
