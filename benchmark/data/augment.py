@@ -74,7 +74,8 @@ def _normalise(pixels: torch.Tensor) -> torch.Tensor:
 def _check_images(images: torch.Tensor) -> None:
     if images.dtype != torch.uint8 or images.ndim != 4:
         raise DataError(
-            f"Augmentation expects uint8 images of shape (B, C, H, W), got {images.dtype} {tuple(images.shape)}."
+            "Augmentation expects uint8 images of shape (B, C, H, W), "
+            f"got {images.dtype} {tuple(images.shape)}."
         )
 
 

@@ -59,6 +59,13 @@ class ImageDataset:
             class_names={c: n for c, n in self.class_names.items() if c in kept},
         )
 
+    def take(self, indices: Sequence[int] | np.ndarray) -> ImageDataset:
+        """The images at ``indices`` (in that order)."""
+        index = np.asarray(indices, dtype=np.int64)
+        return ImageDataset(
+            self.name, self.images[torch.from_numpy(index)], self.labels[index].copy(), self.class_names
+        )
+
     def fingerprint(self) -> str:
         """Short content hash of labels and image bytes, stable across processes and machines."""
         digest = hashlib.sha256()
@@ -107,16 +114,26 @@ def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
 
 def validate_dataset(dataset: ImageDataset, image_size: int) -> None:
     """Raise DataError unless ``dataset`` holds uint8 (N, C, S, S) images and N int64 labels."""
+    if not isinstance(dataset, ImageDataset):
+        # Lazily decoded photo datasets (benchmark.data.standard) check their own file lists.
+        dataset.validate(image_size)
+        return
     images, labels = dataset.images, dataset.labels
     where = f"Dataset {dataset.name!r}"
     if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.ndim != 4:
-        raise DataError(f"{where}: images must be a uint8 tensor of shape (N, C, H, W), got {_describe(images)}.")
+        raise DataError(
+            f"{where}: images must be a uint8 tensor of shape (N, C, H, W), got {_describe(images)}."
+        )
     if images.shape[1] not in (1, 3):
         raise DataError(f"{where}: images must have 1 or 3 channels, got {images.shape[1]}.")
     if tuple(images.shape[2:]) != (image_size, image_size):
-        raise DataError(f"{where}: images are {tuple(images.shape[2:])}, expected ({image_size}, {image_size}).")
+        raise DataError(
+            f"{where}: images are {tuple(images.shape[2:])}, expected ({image_size}, {image_size})."
+        )
     if not isinstance(labels, np.ndarray) or labels.dtype != np.int64 or labels.ndim != 1:
-        raise DataError(f"{where}: labels must be an int64 numpy array of shape (N,), got {_describe(labels)}.")
+        raise DataError(
+            f"{where}: labels must be an int64 numpy array of shape (N,), got {_describe(labels)}."
+        )
     if labels.shape[0] != images.shape[0]:
         raise DataError(f"{where}: {images.shape[0]} images but {labels.shape[0]} labels.")
     if labels.shape[0] == 0:

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont, features
 
-from benchmark.data.base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, load_npz, save_npz_atomically
+from benchmark.data.base import (
+    DATASETS,
+    DatasetOptions,
+    DatasetSpec,
+    ImageDataset,
+    load_npz,
+    save_npz_atomically,
+)
 from benchmark.errors import DataError
 
 # Regular, bold, italic/oblique and bold-italic of four families: 16 faces.
@@ -102,7 +109,9 @@ def font_paths() -> list[Path]:
     paths = [folder / name for name in FONT_FACES]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise DataError(f"The glyphs dataset needs matplotlib's fonts; missing in {folder}: {', '.join(missing)}.")
+        raise DataError(
+            f"The glyphs dataset needs matplotlib's fonts; missing in {folder}: {', '.join(missing)}."
+        )
     return paths
 
 
@@ -272,7 +281,7 @@ def build_glyphs(image_size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def source_key() -> str:
     """Identifies what the rendering depends on, so a cache built from other fonts is rebuilt."""
-    parts = [CACHE_VERSION, Image.__version__, str(features.version("freetype2"))]
+    parts = [CACHE_VERSION, importlib.metadata.version("pillow"), str(features.version("freetype2"))]
     parts.append(importlib.metadata.version("matplotlib"))
     parts += [f"{p.name}:{p.stat().st_size}" for p in font_paths()]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()

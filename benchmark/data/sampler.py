@@ -54,7 +54,8 @@ class MPerClassSampler:
         # Classes with fewer than m images are drawn with replacement (SPEC §2.2).
         offsets[small] = self.rng.integers(0, counts[small, None], size=(int(small.sum()), self.m))
         positions = self._starts[chosen].reshape(-1, 1) + offsets
-        return self._by_class[positions].reshape(n_batches, self.batch_size)
+        batches: np.ndarray = self._by_class[positions].reshape(n_batches, self.batch_size)
+        return batches
 
 
 def _distinct_uniform(rng: np.random.Generator, population: np.ndarray, k: int) -> np.ndarray:

@@ -25,7 +25,7 @@ class FoldSplit:
 
 @dataclass(frozen=True)
 class MLRCSplit:
-    """Test classes, the train/val folds over the remaining classes, and train+val classes no fold validates."""
+    """Test classes, train/val folds over the remaining classes, and train+val classes never validated."""
 
     test: tuple[int, ...]
     folds: tuple[FoldSplit, ...]

@@ -7,7 +7,6 @@ re-running the same command after an interruption continues where it stopped.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import json
@@ -559,9 +558,7 @@ def subsample(dataset: ImageDataset, max_classes: int, max_per_class: int) -> Im
         labels = dataset.labels[order]
         starts = np.searchsorted(labels, labels, side="left")
         keep = np.sort(order[(np.arange(len(labels)) - starts) < max_per_class])
-        dataset = dataclasses.replace(
-            dataset, images=dataset.images[torch.from_numpy(keep)], labels=dataset.labels[keep]
-        )
+        dataset = dataset.take(keep)
     return dataset
 
 
@@ -575,7 +572,9 @@ def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarra
     if space == "cosine":
         parts = [e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12) for e in fold_embs]
         cat = np.concatenate(parts, axis=1)
-        out: np.ndarray = (cat / np.maximum(np.linalg.norm(cat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        out: np.ndarray = (cat / np.maximum(np.linalg.norm(cat, axis=1, keepdims=True), 1e-12)).astype(
+            np.float32
+        )
         return out
     raw: np.ndarray = np.concatenate(fold_embs, axis=1).astype(np.float32)
     return raw

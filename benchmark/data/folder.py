@@ -1,0 +1,65 @@
+"""``folder``: any ``root/<class>/<image>`` tree, loaded into memory (for small datasets)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from benchmark.data.base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset
+from benchmark.errors import DataError
+
+_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+def load_folder(options: DatasetOptions) -> ImageDataset:
+    """Class ids 0..C-1 follow the sorted class folder names; grayscale if every image is."""
+    root = options.data_dir
+    if root is None or not root.is_dir():
+        raise DataError(f"folder needs --data-dir pointing at a root/<class>/<image> tree; got {root}.")
+    class_dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    files = [
+        (c, p)
+        for c, d in enumerate(class_dirs)
+        for p in sorted(d.iterdir())
+        if p.suffix.lower() in _EXTENSIONS
+    ]
+    if not files:
+        raise DataError(
+            f"No images found in {root}: expected root/<class>/<image> with extensions {sorted(_EXTENSIONS)}."
+        )
+    pil = []
+    for _, path in files:
+        try:
+            with Image.open(path) as im:
+                im.load()
+                pil.append(im.copy())
+        except (UnidentifiedImageError, OSError) as exc:
+            raise DataError(f"Cannot read image {path}: {exc}") from exc
+    gray = all(im.mode in ("L", "1", "I;16", "I") for im in pil)
+    mode = "L" if gray else "RGB"
+    size = options.image_size
+    arrays = [np.asarray(_square(im.convert(mode), size), dtype=np.uint8) for im in pil]
+    stacked = np.stack(arrays)
+    images = stacked[:, None] if gray else stacked.transpose(0, 3, 1, 2)
+    labels = np.array([c for c, _ in files], dtype=np.int64)
+    names = {i: d.name for i, d in enumerate(class_dirs)}
+    return ImageDataset("folder", torch.from_numpy(np.ascontiguousarray(images)), labels, names)
+
+
+def _square(im: Image.Image, size: int) -> Image.Image:
+    """Resize the shorter side to ``size`` and centre-crop a square."""
+    w, h = im.size
+    scale = size / min(w, h)
+    im = im.resize((max(size, round(w * scale)), max(size, round(h * scale))), Image.Resampling.BILINEAR)
+    w, h = im.size
+    left, top = (w - size) // 2, (h - size) // 2
+    return im.crop((left, top, left + size, top + size))
+
+
+DATASETS.register(
+    "folder",
+    DatasetSpec(
+        "folder", "Any root/<class>/<image> tree (class ids = sorted folder names)", True, load_folder
+    ),
+)
