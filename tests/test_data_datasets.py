@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import OMNIGLOT
 from PIL import Image
 
 from benchmark.data import DATASETS, DatasetOptions, load_dataset
 from benchmark.errors import DataError
-from conftest import OMNIGLOT
 
 needs_omniglot = pytest.mark.skipif(not OMNIGLOT.is_dir(), reason=f"Omniglot data not at {OMNIGLOT}")
 
@@ -28,7 +28,7 @@ def make_folder(root: Path) -> Path:
 def test_every_dataset_without_data_dir_is_a_clear_error() -> None:
     for name, spec in DATASETS.items():
         if spec.requires_data_dir:
-            with pytest.raises(DataError, match="data director|data-dir|folder"):
+            with pytest.raises(DataError, match=r"data director|data-dir|folder"):
                 load_dataset(name, DatasetOptions(None, 28, Path("/nonexistent")))
 
 

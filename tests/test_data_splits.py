@@ -25,7 +25,9 @@ def naive_split(classes: list[int], p: int = 4) -> tuple[list[int], list[tuple[l
     folds = []
     for k in range(p):
         a = int(k / p * m)
-        folds.append(([tv[(a + i) % m] for i in range(n_train)], [tv[(a + n_train + i) % m] for i in range(n_val)]))
+        folds.append(
+            ([tv[(a + i) % m] for i in range(n_train)], [tv[(a + n_train + i) % m] for i in range(n_val)])
+        )
     return test, folds
 
 

@@ -133,15 +133,21 @@ def test_unknown_loss_exits_2_before_compute(tmp_path: Path, cache_dir: Path) ->
     assert not any(tmp_path.iterdir())
 
 
-def _completed_trials(journal: Path) -> int:
+def _trial_states(journal: Path) -> tuple[int, bool]:
+    """(complete trials, whether a running trial already has its parameters)."""
     if not journal.exists():
-        return 0
+        return 0, False
     try:
         storage = JournalStorage(JournalFileBackend(str(journal)))
-        study = optuna.load_study(study_name="search", storage=storage)
-    except Exception:  # the study may not be created yet
-        return 0
-    return sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        trials = optuna.load_study(study_name="search", storage=storage).get_trials(deepcopy=False)
+    except Exception:  # the study may not be created yet, or a line is being written
+        return 0, False
+    complete = sum(t.state == TrialState.COMPLETE for t in trials)
+    return complete, any(t.state == TrialState.RUNNING and t.params for t in trials)
+
+
+def _completed_trials(journal: Path) -> int:
+    return _trial_states(journal)[0]
 
 
 def _children(pid: int) -> list[int]:
@@ -184,8 +190,10 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
     journal = None
     while time.monotonic() < deadline and proc.poll() is None:
         found = list(out.glob("glyphs/mlrc/*/study.journal"))
-        if found and _completed_trials(found[0]) >= 2:
+        # Kill mid-training: 2 trials done and the third already training with its parameters.
+        if found and _trial_states(found[0]) >= (2, True):
             journal = found[0]
+            time.sleep(0.5)
             break
         time.sleep(0.2)
     assert journal is not None, "run finished or timed out before 2 trials were complete"
@@ -215,6 +223,7 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
     # An interrupted trial is retried with the same parameters.
     for t in trials:
         if t["interrupted"]:
+            assert t["params"], "the kill was meant to hit a trial that had its parameters"
             retry = next(u for u in trials if u["state"] == "COMPLETE" and u["params"] == t["params"])
             assert retry["number"] > t["number"]
 
