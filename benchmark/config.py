@@ -110,6 +110,9 @@ class RunConfig:
     test: TestConfig = field(default_factory=TestConfig)
     # Loss hyperparameters fixed by the user (``--set loss.margin=0.1``): removed from the search.
     loss: Mapping[str, float] = field(default_factory=dict)
+    # Search-range overrides per loss: ``[space.ms] alpha = [0.1, 10]`` in a protocol file or
+    # ``--set 'space.ms.alpha=[0.1, 10]'``; the scale (log/linear) stays the loss's.
+    space: Mapping[str, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,9 +136,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"Config key {key!r} must be a list, got {value!r}.")
         return tuple(_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value))
     if origin in (Mapping, dict):
+        _, value_type = typing.get_args(tp)
         if not isinstance(value, Mapping):
-            raise ConfigError(f"Config key {key!r} must be a table of numbers, got {value!r}.")
-        return {str(k): _coerce(v, float, f"{key}.{k}") for k, v in value.items()}
+            raise ConfigError(f"Config key {key!r} must be a table, got {value!r}.")
+        return {str(k): _coerce(v, value_type, f"{key}.{k}") for k, v in value.items()}
     if isinstance(tp, types.UnionType):
         raise ConfigError(f"internal: union type at {key!r} is not supported")
     if tp is bool:
@@ -276,7 +280,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = _join(prefix, k)
-        if isinstance(v, Mapping) and v and k != "loss":
+        if isinstance(v, Mapping) and v and k not in ("loss", "space"):
             out.update(_flatten(v, key))
         else:
             out[key] = v

@@ -93,3 +93,25 @@ def test_run_request_validated_before_compute(request_kwargs: dict[str, object],
     with pytest.raises(Exception, match=message):
         run.resolve()
     assert not hasattr(run, "dataset")  # nothing was loaded
+
+
+def test_search_range_override_keeps_scale() -> None:
+    run = MLRCRun(RunRequest(loss="ms", overrides={"space.ms.alpha": [0.5, 5.0]}))
+    run.resolve()
+    original = run.loss_spec.search_space["alpha"]
+    assert (run.search_space["alpha"].low, run.search_space["alpha"].high) == (0.5, 5.0)
+    assert run.search_space["alpha"].log == original.log
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"space.ms.alpah": [0.5, 5.0]}, "'alpah' is not searched for loss 'ms'"),
+        ({"space.ms.alpha": [5.0, 0.5]}, "low < high"),
+        ({"space.msx.alpha": [0.5, 5.0]}, "Unknown loss 'msx'"),
+        ({"space.ms.alpha": "wide"}, "must be a list"),
+    ],
+)
+def test_bad_search_range_override(override: dict[str, object], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        MLRCRun(RunRequest(loss="ms", overrides=override)).resolve()

@@ -183,6 +183,22 @@ class MLRCRun:
                 f"{', '.join(spec.defaults)}."
             )
         space = {k: d for k, d in spec.search_space.items() if k not in fixed}
+        for loss_name, ranges in self.config.space.items():
+            other = LOSSES.get(loss_name)  # an unknown loss name in [space.X] is an error too
+            for key, bounds in ranges.items():
+                if key not in other.search_space:
+                    raise ConfigError(
+                        f"space.{loss_name}.{key}: {key!r} is not searched for loss {loss_name!r}; "
+                        f"its search space is {', '.join(other.search_space)}."
+                    )
+                dim = other.search_space[key]
+                if len(bounds) != 2 or not bounds[0] < bounds[1] or (dim.log and bounds[0] <= 0):
+                    raise ConfigError(
+                        f"space.{loss_name}.{key} must be [low, high] with low < high"
+                        f"{' and low > 0 (log scale)' if dim.log else ''}, got {list(bounds)}."
+                    )
+                if loss_name == spec.name and key in space:
+                    space[key] = SearchDim(float(bounds[0]), float(bounds[1]), dim.log)
         return space, fixed
 
     # -- step 2/3 -------------------------------------------------------------------------------

@@ -1,0 +1,46 @@
+"""``dmlbench compare``: Welch t-test significance table of losses against reference losses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmark.cli.report_cmd import resolve_dataset, split_names
+from benchmark.report.compare import DEFAULT_ALPHA, FORMATS, compare_tables, render
+from benchmark.report.tables import select_records
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="significance of losses vs reference losses", description=__doc__)
+    p.add_argument("--dataset", default=None, help="dataset (default: the only one with records)")
+    p.add_argument("--protocol", default="mlrc", help="protocol (default: mlrc)")
+    p.add_argument(
+        "--reference", required=True, help="comma-separated reference losses, e.g. arcface,proxyanchor"
+    )
+    p.add_argument(
+        "--losses", default=None, help="comma-separated losses to compare (default: all non-reference losses)"
+    )
+    p.add_argument("--metric", default="map_at_r", help="metric tested (default: map_at_r)")
+    p.add_argument("--holm", action="store_true", help="Holm-adjust the p-values over each table")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default: 0.05)")
+    p.add_argument("--format", default="md", choices=FORMATS, help="output format (default: md)")
+    p.add_argument("--budget", default=None, help="only records of this budget (default: one table each)")
+    p.add_argument(
+        "--results-dir", type=Path, default=Path("results"), help="records root (default: results/)"
+    )
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
+    by_budget = select_records(args.results_dir, dataset, args.protocol, args.budget)
+    references = split_names(args.reference) or []
+    tables = compare_tables(
+        by_budget, references, split_names(args.losses), args.metric, use_holm=args.holm, alpha=args.alpha
+    )
+    for budget in sorted(set(by_budget) - set(tables)):
+        print(f"compare: budget {budget!r} left out (it lacks a needed loss).", file=sys.stderr)
+    sys.stdout.write(render(args.format, dataset, args.protocol, tables, args.metric, args.holm, args.alpha))
+    return 0

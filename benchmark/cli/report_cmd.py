@@ -1,0 +1,71 @@
+"""``dmlbench report``: print a dataset's leaderboard from its run records; optionally (re)write plots."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmark.errors import DmlbenchError
+from benchmark.report.plots import write_plots
+from benchmark.report.tables import FORMATS, available_runs, render, resolve_metrics, select_records
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("report", help="print a leaderboard from run records", description=__doc__)
+    p.add_argument("--dataset", default=None, help="dataset (default: the only one with records)")
+    p.add_argument("--protocol", default="mlrc", help="protocol (default: mlrc)")
+    p.add_argument(
+        "--metrics",
+        default=None,
+        help="comma-separated metric names (default: every metric the records hold, MLRC's first)",
+    )
+    p.add_argument("--format", default="md", choices=FORMATS, help="output format (default: md)")
+    p.add_argument("--budget", default=None, help="only records of this budget (default: one section each)")
+    p.add_argument(
+        "--results-dir", type=Path, default=Path("results"), help="records root (default: results/)"
+    )
+    p.add_argument(
+        "--plots",
+        action="store_true",
+        help="also (re)write the plots into <results>/<dataset>/<protocol>/plots/",
+    )
+    p.set_defaults(handler=handle)
+
+
+def split_names(text: str | None) -> list[str] | None:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``; None or blank -> None."""
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    return names or None
+
+
+def resolve_dataset(results_dir: Path, dataset: str | None, protocol: str) -> str:
+    """``dataset`` or, when omitted, the only dataset with ``protocol`` records."""
+    if dataset:
+        return dataset
+    runs = available_runs(results_dir)
+    candidates = sorted({run.split("/")[0] for run in runs if run.split("/")[1] == protocol})
+    if len(candidates) == 1:
+        return candidates[0]
+    raise DmlbenchError(
+        "Name a --dataset; "
+        + (
+            f"datasets with {protocol!r} records: {', '.join(candidates)}."
+            if candidates
+            else f"no records under {results_dir} (records exist for: {', '.join(runs) or 'nothing'})."
+        )
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
+    by_budget = select_records(args.results_dir, dataset, args.protocol, args.budget)
+    metrics = resolve_metrics(by_budget, split_names(args.metrics))
+    sys.stdout.write(render(args.format, dataset, args.protocol, by_budget, metrics))
+    if args.plots:
+        for path in write_plots(args.results_dir, dataset, args.protocol):
+            print(f"plot: {path}", file=sys.stderr)
+    return 0

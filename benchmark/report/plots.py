@@ -1,0 +1,447 @@
+"""Plots derived from run records (SPEC §6), written as PNG and PDF to ``<dataset>/<protocol>/plots/``.
+
+Per budget (numbers of different budgets are not comparable), using the newest record per loss:
+
+- ``metrics-<budget>``: every test metric, mean ± 95% CI per loss, separated and concatenated;
+  the untrained model as a dashed reference line.
+- ``history-<budget>``: optimisation history per loss — objective (mean over folds of the best
+  validation MAP@R, ± fold standard error) per trial, best-so-far line, best trial starred, failed
+  and pruned trials marked at the bottom.
+- ``val_curves-<budget>``: validation MAP@R per epoch for each fold of the best trial.
+- ``wall_time-<budget>``: test MAP@R (± CI) against training wall time = the record's
+  ``timings_s["search"] + timings_s["test"]`` (wall-clock of the search and test stages of the
+  last invocation; a resumed run counts only the part it ran).
+- ``importance-<budget>``: hyperparameter importance per loss by Optuna's PED-ANOVA
+  (:class:`optuna.importance.PedAnovaImportanceEvaluator`) over the record's complete trials, on
+  an in-memory study rebuilt from them; losses with fewer than :data:`MIN_IMPORTANCE_TRIALS`
+  complete trials or nothing tuned are skipped with a note.
+
+Figures are built with the object-oriented API on the Agg canvas (no pyplot, no global backend).
+A ``README.md`` in the plot folder explains the files and lists what was skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from benchmark.io import write_text_atomic
+from benchmark.metrics import METRICS
+from benchmark.report.leaderboard import MODES, load_records
+from benchmark.report.tables import latest_per_loss, mode_titles, record_metrics
+
+MIN_IMPORTANCE_TRIALS = 5
+FORMATS = ("png", "pdf")
+OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """Write ``stem.png`` and ``stem.pdf`` atomically (PDF without a creation date)."""
+    FigureCanvasAgg(fig)
+    paths = []
+    for ext in FORMATS:
+        path = stem.with_suffix(f".{ext}")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{ext}")
+        os.close(fd)
+        try:
+            metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}
+            fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight", metadata=metadata)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        paths.append(path)
+    return paths
+
+
+def _grid(n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3) -> tuple[Figure, list[Axes]]:
+    cols = min(n, max_cols)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+    return fig, axes
+
+
+def _name(record: dict[str, Any]) -> str:
+    return str(record.get("loss_display_name", record["loss"]))
+
+
+def _nan(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+# -- (a) metric ± CI ----------------------------------------------------------------------------
+
+
+def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budget: str) -> Figure:
+    """Mean ± CI (percent) per loss, one row of panels per metric, one column per mode."""
+    chosen = latest_per_loss(records)
+    newest = max(chosen, key=lambda r: r.get("created", ""))
+    titles = mode_titles(chosen)
+    n = len(chosen)
+    fig = Figure(figsize=(10, len(metrics) * (0.32 * n + 1.3)), layout="constrained")
+    y = np.arange(n)
+    for i, m in enumerate(metrics):
+        spec = METRICS.get(m)
+        for j, (mode, _) in enumerate(MODES):
+            ax = fig.add_subplot(len(metrics), 2, 2 * i + j + 1)
+            means = np.array([100 * _nan(r["test"]["summary"][mode][m]["mean"]) for r in chosen])
+            hws = np.array([100 * _nan(r["test"]["summary"][mode][m]["half_width"]) for r in chosen])
+            ax.errorbar(
+                means, y, xerr=np.nan_to_num(hws), fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3
+            )
+            untrained = newest.get("untrained", {}).get(mode, {}).get(m)
+            if untrained is not None:
+                ax.axvline(
+                    100 * float(untrained), color="grey", linestyle="--", linewidth=1, label="untrained"
+                )
+                ax.legend(loc="lower right", fontsize="small")
+            ax.set_yticks(y, [_name(r) for r in chosen])
+            ax.invert_yaxis()
+            ax.set_xlabel(f"{spec.display_name} (%)")
+            ax.set_title(f"{titles[mode]}: {spec.display_name}", fontsize="medium")
+            ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"Test metrics, mean ± 95% CI over test repetitions (budget {budget})")
+    return fig
+
+
+# -- (b) optimisation history -------------------------------------------------------------------
+
+
+def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
+    """Objective per trial, best-so-far line, best trial starred, failed/pruned trials marked."""
+    chosen = latest_per_loss(records)
+    fig, axes = _grid(len(chosen))
+    for ax, r in zip(axes, chosen, strict=True):
+        trials = sorted(r["search"]["trials"], key=lambda t: t["number"])
+        done = [t for t in trials if t["state"] == "COMPLETE" and t.get("value") is not None]
+        values = [float(t["value"]) for t in done]
+        for origin, marker, label in (("sobol", "s", "quasi-random start"), (None, "o", "sampler")):
+            sel = [t for t in done if (t.get("origin") == "sobol") == (origin == "sobol")]
+            if sel:
+                ax.errorbar(
+                    [t["number"] for t in sel],
+                    [t["value"] for t in sel],
+                    yerr=[_nan(t.get("fold_sem")) if t.get("fold_sem") is not None else 0.0 for t in sel],
+                    fmt=marker,
+                    markersize=4,
+                    capsize=2,
+                    alpha=0.8,
+                    label=label,
+                )
+        if done:
+            xs = [t["number"] for t in done]
+            ax.step(
+                xs,
+                np.maximum.accumulate(values),
+                where="post",
+                color="black",
+                linewidth=1.2,
+                label="best so far",
+            )
+            best = max(done, key=lambda t: (t["value"], -t["number"]))
+            ax.plot(
+                [best["number"]],
+                [best["value"]],
+                marker="*",
+                markersize=13,
+                color="gold",
+                markeredgecolor="black",
+                linestyle="none",
+                label=f"best (#{best['number']})",
+            )
+        bottom = min(values) if values else 0.0
+        for state, marker, color in (("FAIL", "x", "tab:red"), ("PRUNED", "v", "tab:grey")):
+            bad = [t["number"] for t in trials if t["state"] == state]
+            if bad:
+                ax.plot(
+                    bad,
+                    [bottom] * len(bad),
+                    marker=marker,
+                    color=color,
+                    linestyle="none",
+                    markersize=8,
+                    label=state.lower(),
+                )
+        ax.set_title(f"{_name(r)}: {len(done)}/{r['search']['n_trials']} complete", fontsize="medium")
+        ax.set_xlabel("trial")
+        ax.set_ylabel(OBJECTIVE_LABEL)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.suptitle(f"Optimisation history (budget {budget}; objective ± fold s.e.)")
+    return fig
+
+
+# -- (c) validation curves of the best trial ----------------------------------------------------
+
+
+def _best_trial(record: dict[str, Any]) -> dict[str, Any] | None:
+    number = record["search"].get("best_trial")
+    for t in record["search"]["trials"]:
+        if t["number"] == number:
+            return dict(t)
+    return None
+
+
+def plot_val_curves(records: Sequence[dict[str, Any]], budget: str, log: Log) -> Figure | None:
+    """Validation MAP@R per epoch of every fold of each loss's best trial; None without curves."""
+    chosen = []
+    for r in latest_per_loss(records):
+        best = _best_trial(r)
+        if best is None or not any(f.get("curve") for f in best.get("folds", [])):
+            log(f"val_curves-{budget}: {r['loss']} has no validation curves for its best trial; skipped.")
+            continue
+        chosen.append((r, best))
+    if not chosen:
+        return None
+    fig, axes = _grid(len(chosen))
+    for ax, (r, best) in zip(axes, chosen, strict=True):
+        for k, fold in enumerate(best["folds"]):
+            curve = np.asarray(fold.get("curve") or [], dtype=float).reshape(-1, 2)
+            if not len(curve):
+                continue
+            (line,) = ax.plot(curve[:, 0], 100 * curve[:, 1], marker=".", label=f"fold {k}")
+            be = fold.get("best_epoch")
+            hit = curve[curve[:, 0] == be] if be is not None else curve[:0]
+            if len(hit):
+                ax.plot(
+                    hit[:1, 0],
+                    100 * hit[:1, 1],
+                    marker="o",
+                    markersize=8,
+                    markerfacecolor="none",
+                    color=line.get_color(),
+                )
+        ax.set_title(
+            f"{_name(r)}: trial #{best['number']} (objective {100 * float(best['value']):.2f})",
+            fontsize="medium",
+        )
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation MAP@R (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.suptitle(f"Validation curves per fold of the best trial (budget {budget}; circle = best epoch)")
+    return fig
+
+
+# -- (d) accuracy vs wall time ------------------------------------------------------------------
+
+
+def training_wall_s(record: dict[str, Any]) -> float | None:
+    """``timings_s["search"] + timings_s["test"]`` of a record, None when either is missing."""
+    timings = record.get("timings_s", {})
+    if timings.get("search") is None or timings.get("test") is None:
+        return None
+    return float(timings["search"]) + float(timings["test"])
+
+
+def plot_wall_time(records: Sequence[dict[str, Any]], metric: str, budget: str, log: Log) -> Figure | None:
+    """Test ``metric`` (mean ± CI, both modes) against search + test wall time per loss."""
+    chosen = []
+    for r in latest_per_loss(records):
+        wall = training_wall_s(r)
+        if wall is None:
+            log(f"wall_time-{budget}: {r['loss']} has no search/test timings; skipped.")
+            continue
+        chosen.append((r, wall))
+    if not chosen:
+        return None
+    walls = np.array([w for _, w in chosen])
+    unit, scale = (
+        ("h", 3600.0) if walls.max() >= 7200 else ("min", 60.0) if walls.max() >= 120 else ("s", 1.0)
+    )
+    spec = METRICS.get(metric)
+    titles = mode_titles([r for r, _ in chosen])
+    fig = Figure(figsize=(7, 5), layout="constrained")
+    ax = fig.add_subplot()
+    for (mode, _), marker in zip(MODES, ("o", "s"), strict=True):
+        means = [100 * _nan(r["test"]["summary"][mode][metric]["mean"]) for r, _ in chosen]
+        hws = [100 * _nan(r["test"]["summary"][mode][metric]["half_width"]) for r, _ in chosen]
+        ax.errorbar(walls / scale, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
+        for (r, _), x, yv in zip(chosen, walls / scale, means, strict=True):
+            ax.annotate(_name(r), (x, yv), textcoords="offset points", xytext=(4, 4), fontsize="x-small")
+    ax.set_xlabel(f"training wall time: search + test stages ({unit})")
+    ax.set_ylabel(f"test {spec.display_name} (%)")
+    ax.set_title(f"Test {spec.display_name} vs wall time (budget {budget})", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+# -- (e) hyperparameter importance --------------------------------------------------------------
+
+
+def importance_target_quantile(n_complete: int) -> float:
+    """PED-ANOVA's top quantile: 0.1 (Optuna's default) once that holds >= 2 trials, else 2/n
+    (capped at 0.5), so a small search still compares at least two top trials with all of them."""
+    return min(0.5, max(0.1, 2.0 / n_complete))
+
+
+def param_importances(record: dict[str, Any]) -> tuple[dict[str, float], int, float] | str:
+    """PED-ANOVA importances (normalised to sum 1) of a record's searched hyperparameters.
+
+    Returns ``(importances, n_complete_trials, target_quantile)``, or a string saying why none
+    were computed (too few complete trials, nothing searched).
+    """
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    from optuna.trial import TrialState
+
+    space = record["search"].get("space") or {}
+    if not space:
+        return "nothing was searched (empty search space)"
+    dists = {
+        k: FloatDistribution(float(d["low"]), float(d["high"]), log=bool(d.get("log", False)))
+        for k, d in space.items()
+    }
+    done = [
+        t
+        for t in record["search"]["trials"]
+        if t["state"] == "COMPLETE"
+        and t.get("value") is not None
+        and math.isfinite(float(t["value"]))
+        and all(k in t.get("params", {}) for k in dists)
+    ]
+    if len(done) < MIN_IMPORTANCE_TRIALS:
+        return f"{len(done)} complete trials (PED-ANOVA here needs at least {MIN_IMPORTANCE_TRIALS})"
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        study = optuna.create_study(direction="maximize")
+        for t in done:
+            params = {k: min(max(float(t["params"][k]), dists[k].low), dists[k].high) for k in dists}
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions=dict(dists),
+                    value=float(t["value"]),
+                    state=TrialState.COMPLETE,
+                )
+            )
+        q = importance_target_quantile(len(done))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = get_param_importances(
+                study, evaluator=PedAnovaImportanceEvaluator(target_quantile=q), normalize=False
+            )
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    total = sum(raw.values())
+    if not total > 0:
+        return "PED-ANOVA found no difference between the top trials and all trials"
+    return {k: v / total for k, v in raw.items()}, len(done), q
+
+
+def plot_importance(records: Sequence[dict[str, Any]], budget: str, log: Log) -> Figure | None:
+    """Horizontal bars of PED-ANOVA importance per loss; None when no loss qualifies."""
+    results = []
+    for r in latest_per_loss(records):
+        res = param_importances(r)
+        if isinstance(res, str):
+            log(f"importance-{budget}: {r['loss']} skipped: {res}.")
+            continue
+        results.append((r, res))
+    if not results:
+        return None
+    fig, axes = _grid(len(results), height=2.6)
+    for ax, (r, (imp, n, q)) in zip(axes, results, strict=True):
+        names = list(imp)[::-1]
+        ax.barh(names, [imp[k] for k in names], color="tab:green")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("importance (normalised)")
+        ax.set_title(f"{_name(r)}: {n} trials, top {q:.0%}", fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"Hyperparameter importance, PED-ANOVA (budget {budget})")
+    return fig
+
+
+# -- driver -------------------------------------------------------------------------------------
+
+
+_README = """# Plots of `{dataset}`, protocol `{protocol}`
+
+Generated by `dmlbench` from the run records (newest record per loss and budget); do not edit.
+Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
+
+- `metrics-*`: test metrics, mean ± 95% t-interval over repetitions, separated and concatenated
+  embeddings; dashed line = untrained model.
+- `history-*`: search objective (mean over folds of the best validation MAP@R, ± fold standard
+  error) per trial; squares = quasi-random start, circles = sampler, line = best so far,
+  star = best trial, red x = failed, grey triangle = pruned.
+- `val_curves-*`: validation MAP@R per epoch for each fold of the best trial.
+- `wall_time-*`: test MAP@R against training wall time, defined as the record's
+  `timings_s.search + timings_s.test` (wall clock; a resumed run counts only its last invocation).
+- `importance-*`: Optuna PED-ANOVA hyperparameter importance from the complete search trials
+  (top quantile 10%, or 2/n for fewer than 20 trials); needs at least {min_trials} complete trials.
+"""
+
+
+def write_plots(results_dir: Path, dataset: str, protocol: str, *, log: Log | None = None) -> list[Path]:
+    """(Re)write every plot of a dataset/protocol into ``results_dir/dataset/protocol/plots/``.
+
+    Returns the written paths (PNG and PDF of each plot, then ``README.md``, which also lists
+    what was skipped). Skipped plots/losses are reported through ``log`` (default: stderr). No
+    records means no plots (an empty list).
+    """
+    log = log or _stderr
+    records = load_records(results_dir, dataset, protocol)
+    if not records:
+        log(f"plots: no records for {dataset}/{protocol} under {results_dir}; nothing plotted.")
+        return []
+    folder = results_dir / dataset / protocol / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+
+    def note(message: str) -> None:
+        notes.append(message)
+        log(message)
+
+    by_budget: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_budget.setdefault(str(r.get("budget", "unknown")), []).append(r)
+    paths: list[Path] = []
+    for budget in sorted(by_budget):
+        chosen = latest_per_loss(by_budget[budget])
+        common = record_metrics(chosen[0])
+        for r in chosen[1:]:
+            common = [m for m in common if m in record_metrics(r)]
+        metrics = [m for m in common if m in METRICS]
+        figures: list[tuple[str, Figure | None]] = []
+        if metrics:
+            figures.append(("metrics", plot_metrics(chosen, metrics, budget)))
+        else:
+            note(f"metrics-{budget}: the records share no registered metric; skipped.")
+        figures.append(("history", plot_history(chosen, budget)))
+        figures.append(("val_curves", plot_val_curves(chosen, budget, note)))
+        wall_metric = "map_at_r" if "map_at_r" in metrics else (metrics[0] if metrics else None)
+        if wall_metric is not None:
+            figures.append(("wall_time", plot_wall_time(chosen, wall_metric, budget, note)))
+        figures.append(("importance", plot_importance(chosen, budget, note)))
+        for kind, fig in figures:
+            if fig is None:
+                note(f"{kind}-{budget}: nothing to plot.")
+                continue
+            paths += _save(fig, folder / f"{kind}-{budget}")
+    readme = folder / "README.md"
+    text = _README.format(dataset=dataset, protocol=protocol, min_trials=MIN_IMPORTANCE_TRIALS)
+    if notes:
+        text += "\nSkipped in the last run:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    write_text_atomic(readme, text)
+    return [*paths, readme]
