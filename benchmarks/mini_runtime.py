@@ -23,7 +23,9 @@ def main() -> None:
     for i in range(n):
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [
-                "dmlbench",
+                sys.executable,
+                "-m",
+                "benchmark.cli.main",
                 "run",
                 "--protocol",
                 "mlrc",
