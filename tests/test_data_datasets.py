@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,7 +66,8 @@ def test_loaded_dataset_contract(name: str, tmp_path: Path, cache_dir: Path) -> 
 
 
 def test_glyphs(cache_dir: Path) -> None:
-    ds = load_dataset("glyphs", DatasetOptions(None, 28, cache_dir))
+    # Size 16 as in the contract test, so the session cache is reused (a build takes seconds).
+    ds = load_dataset("glyphs", DatasetOptions(None, 16, cache_dir))
     classes, counts = np.unique(ds.labels, return_counts=True)
     assert 300 <= len(classes) <= 700 and set(counts.tolist()) == {32}
     # No two classes render identically (look-alikes such as Latin A / Greek Alpha were dropped).
@@ -74,12 +77,72 @@ def test_glyphs(cache_dir: Path) -> None:
     assert float(dist.min()) > 0
 
 
+def test_glyphs_rebuild_is_byte_identical_and_replaces_stale_cache(tmp_path: Path, cache_dir: Path) -> None:
+    cached = load_dataset("glyphs", DatasetOptions(None, 16, cache_dir))
+    # A cache entry from other fonts/renderer (wrong "source" key) must be rebuilt, not trusted.
+    stale = tmp_path / "glyphs-v1-16.npz"
+    zeros = np.zeros((1, 1, 16, 16), dtype=np.uint8)
+    np.savez(stale, images=zeros, labels=np.zeros(1, np.int64), source=np.array("other fonts"))
+    fresh = load_dataset("glyphs", DatasetOptions(None, 16, tmp_path))
+    assert torch.equal(cached.images, fresh.images) and np.array_equal(cached.labels, fresh.labels)
+    assert len(np.load(stale)["labels"]) == len(fresh.labels)  # the stale file was overwritten
+    # Class ids are code points; Latin letters survive, their Greek/Cyrillic twins do not.
+    classes = set(fresh.classes().tolist())
+    assert {ord("A"), ord("e"), ord("é"), ord("è"), ord("Ж")} <= classes
+    assert not {ord("Α"), ord("А")} & classes
+    assert fresh.class_names[ord("é")] == "é"
+
+
 @needs_omniglot
 def test_omniglot_real_data(cache_dir: Path) -> None:
     ds = load_dataset("omniglot", DatasetOptions(OMNIGLOT, 28, cache_dir))
     classes, counts = np.unique(ds.labels, return_counts=True)
     assert len(classes) == 242 and set(counts.tolist()) == {20}  # Greek/Latin de-duplicated
     assert ds.images.float().mean() < 128  # strokes bright on dark background
+
+
+@needs_omniglot
+def test_omniglot_labels_are_character_ids_from_file_names(cache_dir: Path) -> None:
+    ids: set[int] = set()
+    for path in sorted(OMNIGLOT.glob("images_background*.zip")):
+        with zipfile.ZipFile(path) as zf:
+            ids |= {int(Path(n).name.split("_")[0]) for n in zf.namelist() if n.endswith(".png")}
+    ds = load_dataset("omniglot", DatasetOptions(OMNIGLOT, 28, cache_dir))
+    assert set(ds.classes().tolist()) == ids and len(ids) == 242
+
+
+def write_omniglot_zip(path: Path, top: str, members: dict[str, int]) -> None:
+    """A zip in the official layout; each member is a 105x105 PNG of one grey value."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, value in members.items():
+            buffer = io.BytesIO()
+            Image.fromarray(np.full((105, 105), value, dtype=np.uint8)).save(buffer, format="PNG")
+            zf.writestr(f"{top}/{name}", buffer.getvalue())
+
+
+def test_omniglot_deduplicates_characters_across_zips(tmp_path: Path, cache_dir: Path) -> None:
+    shared = {"Greek/character01/0394_01.png": 255, "Greek/character01/0394_02.png": 255}
+    write_omniglot_zip(tmp_path / "images_background_small1.zip", "images_background_small1", shared)
+    write_omniglot_zip(
+        tmp_path / "images_background_small2.zip",
+        "images_background_small2",
+        {**shared, "Tagalog/character17/0909_01.png": 0},
+    )
+    ds = load_dataset("omniglot", DatasetOptions(tmp_path, 8, cache_dir))
+    assert ds.labels.tolist() == [394, 394, 909]
+    assert int(ds.images[:2].max()) == 0 and int(ds.images[2].min()) == 255  # inverted: ink bright
+
+
+def test_omniglot_corrupt_zip_is_a_data_error(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "images_evaluation.zip").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match=r"images_evaluation\.zip"):
+        load_dataset("omniglot", DatasetOptions(tmp_path, 8, cache_dir))
+
+
+def test_omniglot_empty_dir_names_layout_and_path(tmp_path: Path, cache_dir: Path) -> None:
+    with pytest.raises(DataError) as err:
+        load_dataset("omniglot", DatasetOptions(tmp_path, 28, cache_dir))
+    assert str(tmp_path) in str(err.value) and "images_background" in str(err.value)
 
 
 def test_omniglot_extracted_folder_layout(tmp_path: Path, cache_dir: Path) -> None:
@@ -102,3 +165,30 @@ def test_folder_rgb(tmp_path: Path, cache_dir: Path) -> None:
     (tmp_path / "a").mkdir()
     Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "a" / "x.png")
     assert load_dataset("folder", DatasetOptions(tmp_path, 8, cache_dir)).images.shape == (1, 3, 8, 8)
+
+
+def test_folder_grayscale_and_rgb_mixed_gives_rgb(tmp_path: Path, cache_dir: Path) -> None:
+    for name, array in [("g", np.zeros((8, 8), np.uint8)), ("c", np.zeros((8, 8, 3), np.uint8))]:
+        (tmp_path / name).mkdir()
+        Image.fromarray(array).save(tmp_path / name / "x.png")
+    ds = load_dataset("folder", DatasetOptions(tmp_path, 8, cache_dir))
+    assert ds.images.shape == (2, 3, 8, 8) and dict(ds.class_names) == {0: "c", 1: "g"}
+
+
+def test_folder_resizes_shorter_side_and_centre_crops(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "a").mkdir()
+    wide = np.zeros((10, 30), np.uint8)
+    wide[:, 10:20] = 255  # a bright middle third: the centre crop keeps (only) it
+    Image.fromarray(wide).save(tmp_path / "a" / "x.png")
+    ds = load_dataset("folder", DatasetOptions(tmp_path, 10, cache_dir))
+    assert ds.images.shape == (1, 1, 10, 10) and int(ds.images[..., 2:8].min()) > 200
+
+
+def test_folder_errors(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "notes.txt").write_text("no images here")
+    with pytest.raises(DataError, match="No images found"):
+        load_dataset("folder", DatasetOptions(tmp_path, 8, cache_dir))
+    (tmp_path / "a" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match=r"broken\.png"):
+        load_dataset("folder", DatasetOptions(tmp_path, 8, cache_dir))

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from benchmark.data.splits import mlrc_split
-from benchmark.errors import DmlbenchError
+from benchmark.errors import ConfigError, DataError, DmlbenchError
 
 
 def naive_split(classes: list[int], p: int = 4) -> tuple[list[int], list[tuple[list[int], list[int]]]]:
@@ -98,3 +98,18 @@ def test_fold0_validates_on_last_block() -> None:
 def test_too_few_classes_is_an_error_naming_counts() -> None:
     with pytest.raises(DmlbenchError, match=r"3"):
         mlrc_split([0, 1, 2])
+
+
+def test_minimum_class_count_message_and_boundary() -> None:
+    with pytest.raises(DataError, match=r"has 7 classes.*at least 8"):
+        mlrc_split(range(7))
+    split = mlrc_split(range(8))  # 2 * n_folds: one validation class per fold
+    assert [len(f.val) for f in split.folds] == [1, 1, 1, 1]
+    with pytest.raises(ConfigError):
+        mlrc_split(range(100), n_folds=0)
+
+
+def test_fingerprint_is_sha256_hex_and_duplicates_are_ignored() -> None:
+    fingerprint = mlrc_split(range(200)).fingerprint()
+    assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0
+    assert mlrc_split([*range(200), *range(50)]).fingerprint() == fingerprint

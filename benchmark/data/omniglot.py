@@ -55,7 +55,7 @@ def _sources(root: Path) -> list[Path]:
 def _entries(source: Path) -> Iterator[tuple[int, int, str]]:
     """(character id, drawer, member path) for each PNG in a zip or folder."""
     names = (
-        zipfile.ZipFile(source).namelist()
+        _zip_members(source)
         if source.suffix == ".zip"
         else [str(p.relative_to(source)) for p in source.rglob("*.png")]
     )
@@ -63,6 +63,15 @@ def _entries(source: Path) -> Iterator[tuple[int, int, str]]:
         m = _NAME.search(name)
         if m:
             yield int(m.group(1)), int(m.group(2)), name
+
+
+def _zip_members(source: Path) -> list[str]:
+    """Member names of a zip; a corrupt or truncated zip is a DataError naming the file."""
+    try:
+        with zipfile.ZipFile(source) as zf:
+            return zf.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"Cannot read the Omniglot zip {source}: {exc}. Re-download or remove it.") from exc
 
 
 def _read(source: Path, member: str) -> bytes:
@@ -80,10 +89,15 @@ def _decode(data: bytes, size: int) -> np.ndarray:
 
 
 def _cache_key(sources: list[Path], size: int) -> str:
+    """Hash of the image size and every source file's absolute path, size and modification time."""
     h = hashlib.sha256(f"{CACHE_VERSION}:{size}".encode())
     for s in sources:
-        st = s.stat()
-        h.update(f"{s.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+        # A folder's own mtime misses edits deeper down, so extracted sets are keyed by their PNGs;
+        # absolute paths keep two different data dirs with same-named zips apart.
+        files = [s] if s.is_file() else sorted(s.rglob("*.png"))
+        for f in files:
+            st = f.stat()
+            h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
 
 
