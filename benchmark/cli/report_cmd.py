@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import DmlbenchError
-from benchmark.report.plots import write_plots
 from benchmark.report.tables import FORMATS, available_runs, render, resolve_metrics, select_records
 
 
@@ -66,6 +65,8 @@ def handle(args: argparse.Namespace) -> int:
     metrics = resolve_metrics(by_budget, split_names(args.metrics))
     sys.stdout.write(render(args.format, dataset, args.protocol, by_budget, metrics))
     if args.plots:
+        from benchmark.report.plots import write_plots  # matplotlib only when plotting
+
         for path in write_plots(args.results_dir, dataset, args.protocol):
             print(f"plot: {path}", file=sys.stderr)
     return 0

@@ -68,5 +68,5 @@ def handle(args: argparse.Namespace) -> int:
     print(f"record:      {result.record_path}")
     print(f"run dir:     {result.run_dir}")
     for path in result.leaderboard_paths:
-        print(f"leaderboard: {path}")
+        print(f"wrote:       {path}")
     return 0

@@ -506,11 +506,13 @@ class MLRCRun:
         write_json_atomic(self.record_path, self.record)
 
     def update_leaderboard(self) -> None:
-        from benchmark.report.leaderboard import write_leaderboard
+        from benchmark.report.plots import write_plots
+        from benchmark.report.tables import write_tables
 
-        self.leaderboard_paths = write_leaderboard(
-            self.request.results_dir, self.config.data.dataset, self.request.protocol
-        )
+        results, dataset, protocol = self.request.results_dir, self.config.data.dataset, self.request.protocol
+        self.leaderboard_paths = write_tables(results, dataset, protocol)
+        self.progress.message("refreshing plots ...")
+        self.leaderboard_paths += [p for p in write_plots(results, dataset, protocol) if p.suffix == ".png"]
 
     # -- the run ----------------------------------------------------------------------------------
     def run(self) -> RunResult:

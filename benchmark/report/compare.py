@@ -275,7 +275,7 @@ def render_markdown(
         _method(tables, use_holm, alpha),
         f"✓ significant, × not; ↑ the loss has the better mean {spec.display_name} than the reference "
         f"({'higher' if spec.higher_is_better else 'lower'} is better), ↓ the worse; "
-        "n/a: no p-value (fewer than 2 repetitions).",
+        "n/a: no p-value (fewer than 2 repetitions, or identical constant values).",
         "Sep. = separated fold embeddings, Concat. = concatenated.",
     ]
     labels = dict(MODES)

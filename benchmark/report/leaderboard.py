@@ -195,11 +195,12 @@ def write_leaderboard(results_dir: Path, dataset: str, protocol: str) -> list[Pa
     by_budget: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_budget.setdefault(r["budget"], []).append(r)
-    metrics: list[str] = []
-    for r in records:
-        for m in r["test"]["metrics"]:
-            if m not in metrics:
-                metrics.append(m)
+    # Only metrics every record has: a column cannot be filled from some records alone.
+    metrics = (
+        [m for m in records[0]["test"]["metrics"] if all(m in r["test"]["metrics"] for r in records)]
+        if records
+        else []
+    )
     folder = results_dir / dataset / protocol
     md, csv_path = folder / "leaderboard.md", folder / "leaderboard.csv"
     write_text_atomic(md, render_markdown(dataset, protocol, by_budget, metrics))

@@ -35,6 +35,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
@@ -45,6 +46,8 @@ MIN_IMPORTANCE_TRIALS = 5
 FORMATS = ("png", "pdf")
 OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
 Log = Callable[[str], None]
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _stderr(message: str) -> None:
@@ -61,7 +64,8 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
         os.close(fd)
         try:
             metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}
-            fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight", metadata=metadata)
+            fig.savefig(tmp, format=ext, dpi=120, metadata=metadata)
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; plots are ordinary files
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -73,7 +77,7 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
 def _grid(n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3) -> tuple[Figure, list[Axes]]:
     cols = min(n, max_cols)
     rows = math.ceil(n / cols)
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    fig = Figure(figsize=(max(width * cols, 7.0), height * rows), layout="constrained")
     axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
     return fig, axes
 
@@ -111,8 +115,9 @@ def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budg
                 ax.axvline(
                     100 * float(untrained), color="grey", linestyle="--", linewidth=1, label="untrained"
                 )
-                ax.legend(loc="lower right", fontsize="small")
-            ax.set_yticks(y, [_name(r) for r in chosen])
+                if i == 0 and j == 0:
+                    ax.legend(loc="best", fontsize="small")
+            ax.set_yticks(y, [_name(r) for r in chosen] if j == 0 else [""] * n)
             ax.invert_yaxis()
             ax.set_xlabel(f"{spec.display_name} (%)")
             ax.set_title(f"{titles[mode]}: {spec.display_name}", fontsize="medium")
@@ -181,10 +186,11 @@ def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
                 )
         ax.set_title(f"{_name(r)}: {len(done)}/{r['search']['n_trials']} complete", fontsize="medium")
         ax.set_xlabel("trial")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
-    fig.suptitle(f"Optimisation history (budget {budget}; objective ± fold s.e.)")
+    fig.suptitle(f"Optimisation history (budget {budget}); error bars: fold s.e.", fontsize="medium")
     return fig
 
 
@@ -229,14 +235,17 @@ def plot_val_curves(records: Sequence[dict[str, Any]], budget: str, log: Log) ->
                     color=line.get_color(),
                 )
         ax.set_title(
-            f"{_name(r)}: trial #{best['number']} (objective {100 * float(best['value']):.2f})",
+            f"{_name(r)}: trial #{best['number']} (objective {100 * float(best['value']):.2f}%)",
             fontsize="medium",
         )
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation MAP@R (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
-    fig.suptitle(f"Validation curves per fold of the best trial (budget {budget}; circle = best epoch)")
+    fig.suptitle(
+        f"Validation curves of the best trial (budget {budget}); circle: best epoch", fontsize="medium"
+    )
     return fig
 
 
@@ -275,7 +284,16 @@ def plot_wall_time(records: Sequence[dict[str, Any]], metric: str, budget: str, 
         hws = [100 * _nan(r["test"]["summary"][mode][metric]["half_width"]) for r, _ in chosen]
         ax.errorbar(walls / scale, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
         for (r, _), x, yv in zip(chosen, walls / scale, means, strict=True):
-            ax.annotate(_name(r), (x, yv), textcoords="offset points", xytext=(4, 4), fontsize="x-small")
+            right = x > 0.6 * float(walls.max()) / scale  # label leftwards near the right edge
+            ax.annotate(
+                _name(r),
+                (x, yv),
+                textcoords="offset points",
+                xytext=(-5, 4) if right else (5, 4),
+                ha="right" if right else "left",
+                fontsize="x-small",
+            )
+    ax.set_xlim(0, 1.1 * float(walls.max()) / scale)
     ax.set_xlabel(f"training wall time: search + test stages ({unit})")
     ax.set_ylabel(f"test {spec.display_name} (%)")
     ax.set_title(f"Test {spec.display_name} vs wall time (budget {budget})", fontsize="medium")
@@ -368,7 +386,7 @@ def plot_importance(records: Sequence[dict[str, Any]], budget: str, log: Log) ->
         ax.set_xlabel("importance (normalised)")
         ax.set_title(f"{_name(r)}: {n} trials, top {q:.0%}", fontsize="medium")
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"Hyperparameter importance, PED-ANOVA (budget {budget})")
+    fig.suptitle(f"Hyperparameter importance, PED-ANOVA (budget {budget})", fontsize="medium")
     return fig
 
 
@@ -444,4 +462,5 @@ def write_plots(results_dir: Path, dataset: str, protocol: str, *, log: Log | No
     if notes:
         text += "\nSkipped in the last run:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     write_text_atomic(readme, text)
+    os.chmod(readme, 0o666 & ~_UMASK)
     return [*paths, readme]

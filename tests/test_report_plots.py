@@ -1,0 +1,139 @@
+"""Plots from synthetic records: PNG/PDF files written and non-empty, skips noted, PED-ANOVA sane."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmark.cli import report_cmd
+from benchmark.report.plots import importance_target_quantile, param_importances, training_wall_s, write_plots
+from benchmark.stats.intervals import t_interval
+
+MLRC = ["map_at_r", "precision_at_1", "r_precision"]
+MODES = ("separated", "concatenated")
+SPACE = {"margin": {"low": 0.0, "high": 1.0, "log": False}, "lr": {"low": 1e-6, "high": 1.0, "log": True}}
+KINDS = ("metrics", "history", "val_curves", "wall_time", "importance")
+
+
+def trial(
+    number: int, margin: float, lr: float, value: float | None, state: str = "COMPLETE"
+) -> dict[str, Any]:
+    folds = [
+        {"best_val_map_at_r": value or 0.0, "best_epoch": 2, "epochs": 3,
+         "curve": [[1, 0.1 + 0.01 * k], [2, 0.2 + 0.01 * k], [3, 0.15 + 0.01 * k]]}
+        for k in range(4)
+    ]  # fmt: skip
+    return {
+        "number": number,
+        "state": state,
+        "origin": "sobol" if number < 2 else "sampler",
+        "params": {"margin": margin, "lr": lr},
+        "value": value,
+        "fold_sem": None if value is None else 0.01,
+        "wall_s": 10.0,
+        "folds": folds if state == "COMPLETE" else [],
+    }
+
+
+def make_record(loss: str, trials: list[dict[str, Any]], sep_map: float, created: str) -> dict[str, Any]:
+    per_rep = {mode: {m: [sep_map + d + (0.1 if mode == "concatenated" else 0) for d in (-0.01, 0, 0.01)]
+                      for m in MLRC} for mode in MODES}  # fmt: skip
+    complete = [t for t in trials if t["state"] == "COMPLETE"]
+    best = max(complete, key=lambda t: t["value"])
+    return {
+        "loss": loss,
+        "loss_display_name": loss.title(),
+        "budget": "mini",
+        "seed": 0,
+        "created": created,
+        "config": {"model": {"embedding_dim": 16}, "protocol": {"n_folds": 4}},
+        "search": {"n_trials": len(trials), "space": SPACE, "best_trial": best["number"], "trials": trials},
+        "test": {
+            "reps": 3,
+            "metrics": MLRC,
+            "per_rep": per_rep,
+            "summary": {mode: {m: vars(t_interval(per_rep[mode][m])) for m in MLRC} for mode in MODES},
+        },
+        "untrained": {mode: {m: 0.05 for m in MLRC} for mode in MODES},
+        "timings_s": {
+            "data": 1.0,
+            "search": 300.0 if loss == "mfcont" else 150.0,
+            "test": 60.0,
+            "total": 362.0,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def plotted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Two losses (one with too few trials for importance), plotted once through ``report --plots``."""
+    root = tmp_path_factory.mktemp("results")
+    rng = random.Random(0)
+    many = [trial(i, rng.random(), 10 ** rng.uniform(-6, 0), rng.random() * 0.5) for i in range(6)]
+    many += [trial(6, 0.5, 1e-3, None, "FAIL"), trial(7, 0.4, 1e-2, None, "PRUNED")]
+    few = [trial(i, rng.random(), 10 ** rng.uniform(-6, 0), rng.random() * 0.3) for i in range(3)]
+    folder = root / "glyphs" / "mlrc" / "records"
+    folder.mkdir(parents=True)
+    for r in (make_record("mfcont", many, 0.3, "2"), make_record("arcface", few, 0.2, "1")):
+        (folder / f"{r['loss']}.json").write_text(json.dumps(r))
+    args = argparse.Namespace(dataset="glyphs", protocol="mlrc", metrics=None, format="md", budget=None,
+                              results_dir=root, plots=True)  # fmt: skip
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert report_cmd.handle(args) == 0
+    return root, err.getvalue()
+
+
+def test_files_exist_and_are_non_empty(plotted: tuple[Path, str]) -> None:
+    root, messages = plotted
+    folder = root / "glyphs" / "mlrc" / "plots"
+    for kind in KINDS:
+        png, pdf = folder / f"{kind}-mini.png", folder / f"{kind}-mini.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, kind
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2000, kind
+        assert f"plot: {png}" in messages and f"plot: {pdf}" in messages
+
+
+def test_too_few_trials_noted(plotted: tuple[Path, str]) -> None:
+    root, messages = plotted
+    note = "importance-mini: arcface skipped: 3 complete trials (PED-ANOVA here needs at least 5)."
+    assert note in messages
+    readme = (root / "glyphs" / "mlrc" / "plots" / "README.md").read_text()
+    assert note in readme and "timings_s.search + timings_s.test" in readme
+
+
+def test_no_records_no_plots(tmp_path: Path) -> None:
+    logged: list[str] = []
+    assert write_plots(tmp_path, "glyphs", "mlrc", log=logged.append) == []
+    assert logged and "nothing plotted" in logged[0]
+
+
+def test_ped_anova_finds_the_important_parameter() -> None:
+    rng = random.Random(1)
+    trials = []
+    for i in range(30):
+        margin, lr = rng.random(), 10 ** rng.uniform(-6, 0)
+        trials.append(trial(i, margin, lr, 1.0 - abs(margin - 0.8)))  # only the margin matters
+    result = param_importances(make_record("mfcont", trials, 0.3, "1"))
+    assert not isinstance(result, str)
+    importances, n, q = result
+    assert n == 30 and q == pytest.approx(0.1)
+    assert sum(importances.values()) == pytest.approx(1.0)
+    assert importances["margin"] > 0.8 > importances["lr"]
+
+
+def test_importance_skips_and_quantile() -> None:
+    record = make_record("x", [trial(i, 0.1 * i, 1e-3, 0.1 * i) for i in range(5)], 0.3, "1")
+    record["search"]["space"] = {}
+    assert param_importances(record) == "nothing was searched (empty search space)"
+    assert importance_target_quantile(8) == 0.25 and importance_target_quantile(50) == 0.1
+    assert importance_target_quantile(5) == 0.4
+    assert training_wall_s(record) == 210.0
+    assert training_wall_s({"timings_s": {"search": 1.0}}) is None

@@ -1,0 +1,253 @@
+"""Leaderboard output formats from synthetic records: exact Markdown/CSV/JSON, well-formed LaTeX, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmark.cli import report_cmd
+from benchmark.errors import DmlbenchError, UnknownNameError
+from benchmark.report.tables import (
+    latex_escape,
+    leaderboard_data,
+    render,
+    render_latex,
+    resolve_metrics,
+    select_records,
+    write_tables,
+)
+from benchmark.stats.intervals import t_interval
+
+MLRC = ["map_at_r", "precision_at_1", "r_precision"]
+MODES = ("separated", "concatenated")
+OFFSETS = (-0.01, 0.0, 0.01)  # per-rep spread: 95% half-width 2.48 points for 3 reps
+
+
+def make_record(
+    loss: str,
+    display: str,
+    base: dict[str, float],
+    created: str,
+    *,
+    budget: str = "mini",
+    metrics: list[str] | None = None,
+    concat_gain: float = 0.05,
+) -> dict[str, Any]:
+    """A record whose per-rep values are ``base[metric] + OFFSETS`` (+ ``concat_gain`` concatenated)."""
+    metrics = metrics or MLRC
+    per_rep = {
+        mode: {
+            m: [base[m] + (concat_gain if mode == "concatenated" else 0.0) + o for o in OFFSETS]
+            for m in metrics
+        }
+        for mode in MODES
+    }
+    summary = {mode: {m: vars(t_interval(per_rep[mode][m])) for m in metrics} for mode in MODES}
+    return {
+        "schema": "dmlbench.run/1",
+        "loss": loss,
+        "loss_display_name": display,
+        "budget": budget,
+        "seed": 0,
+        "created": created,
+        "config": {"model": {"embedding_dim": 128}, "protocol": {"n_folds": 4}},
+        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
+        "deviations": [{"key": "test.reps", "paper": 10, "value": 3}],
+        "search": {"n_trials": 4, "trials": [{"state": "COMPLETE"}] * 3 + [{"state": "FAIL"}]},
+        "test": {"reps": 3, "metrics": metrics, "per_rep": per_rep, "summary": summary},
+        "untrained": {mode: {m: 0.05 for m in metrics} for mode in MODES},
+    }
+
+
+def write(root: Path, records: list[dict[str, Any]], dataset: str = "glyphs") -> Path:
+    folder = root / dataset / "mlrc" / "records"
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in records:
+        (folder / f"{r['loss']}.{r['budget']}.{r['created']}.json").write_text(json.dumps(r))
+    return root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return write(
+        tmp_path,
+        [
+            make_record(
+                "mfcont", "MFCont", {"map_at_r": 0.30, "precision_at_1": 0.60, "r_precision": 0.40}, "2"
+            ),
+            make_record(
+                "arcface", "ArcFace", {"map_at_r": 0.20, "precision_at_1": 0.70, "r_precision": 0.30}, "1"
+            ),
+        ],
+    )
+
+
+def test_markdown_exact(root: Path) -> None:
+    by_budget = select_records(root, "glyphs", "mlrc")
+    text = render("md", "glyphs", "mlrc", by_budget, resolve_metrics(by_budget))
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert table == [
+        "| Loss | Sep. MAP@R | Sep. P@1 | Sep. RP | Concat. MAP@R | Concat. P@1 | Concat. RP "
+        "| Reps | Seed | Commit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Untrained (init trunk + random embedder) | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
+        "| 1 | 0 | 0123456789 |",
+        "| ArcFace | 20.00 ± 2.48 | **70.00 ± 2.48** | 30.00 ± 2.48 | 25.00 ± 2.48 | **75.00 ± 2.48** "
+        "| 35.00 ± 2.48 | 3 | 0 | 0123456789 |",
+        "| MFCont | **30.00 ± 2.48** | 60.00 ± 2.48 | **40.00 ± 2.48** | **35.00 ± 2.48** | 65.00 ± 2.48 "
+        "| **45.00 ± 2.48** | 3 | 0 | 0123456789 |",
+    ]
+    assert "Budget `mini`; search trials per loss: arcface 3/4, mfcont 3/4." in text
+    assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in text
+
+
+def test_csv_exact(root: Path) -> None:
+    by_budget = select_records(root, "glyphs", "mlrc")
+    rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", by_budget, ["map_at_r"]))))
+    assert rows[0] == [
+        "budget", "loss", "name", "seed", "reps", "commit",
+        "separated_map_at_r_mean", "separated_map_at_r_ci",
+        "concatenated_map_at_r_mean", "concatenated_map_at_r_ci",
+    ]  # fmt: skip
+    assert rows[1] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1",
+                       "0123456789", "0.05", "", "0.05", ""]  # fmt: skip
+    assert [r[1] for r in rows[2:]] == ["arcface", "mfcont"]
+    assert float(rows[3][6]) == pytest.approx(0.30)
+    assert float(rows[3][7]) == pytest.approx(0.024841377117503)
+
+
+def test_json_rows(root: Path) -> None:
+    by_budget = select_records(root, "glyphs", "mlrc")
+    data = json.loads(render("json", "glyphs", "mlrc", by_budget, ["map_at_r", "precision_at_1"]))
+    assert data == json.loads(
+        json.dumps(leaderboard_data("glyphs", "mlrc", by_budget, ["map_at_r", "precision_at_1"]))
+    )
+    assert data["schema"] == "dmlbench.leaderboard/1"
+    assert [m["name"] for m in data["metrics"]] == ["map_at_r", "precision_at_1"]
+    (section,) = data["budgets"]
+    assert section["budget"] == "mini"
+    assert [r["loss"] for r in section["rows"]] == ["untrained", "arcface", "mfcont"]
+    untrained, arcface, mfcont = section["rows"]
+    assert untrained["cells"]["separated"]["map_at_r"] == {"mean": 0.05, "half_width": None, "best": False}
+    cell = mfcont["cells"]["concatenated"]["map_at_r"]
+    assert cell["mean"] == pytest.approx(0.35) and cell["half_width"] == pytest.approx(0.0248413771175)
+    assert cell["best"] is True
+    assert arcface["cells"]["separated"]["precision_at_1"]["best"] is True
+    assert mfcont["cells"]["separated"]["precision_at_1"]["best"] is False
+    assert section["search_trials"] == {
+        "arcface": {"complete": 3, "n_trials": 4},
+        "mfcont": {"complete": 3, "n_trials": 4},
+    }
+    assert section["deviations"] == [{"key": "test.reps", "paper": 10, "value": 3}]
+
+
+def _strip_escapes(text: str) -> str:
+    return re.sub(r"\\[{}&%$#_]", "", text)
+
+
+def test_latex_well_formed_and_escaped(tmp_path: Path) -> None:
+    special = "MS_v2 & #1 {x} 5% $~^"
+    root = write(
+        tmp_path,
+        [
+            make_record("ms", special, {"map_at_r": 0.30, "precision_at_1": 0.60, "r_precision": 0.40}, "2"),
+            make_record(
+                "arcface", "ArcFace", {"map_at_r": 0.20, "precision_at_1": 0.70, "r_precision": 0.30}, "1"
+            ),
+        ],
+    )
+    by_budget = select_records(root, "glyphs", "mlrc")
+    text = render_latex("glyphs", "mlrc", by_budget, MLRC)
+    body = [line for line in text.splitlines() if not line.startswith("%")]
+    assert body.count(r"\begin{tabular}{l|rrr|rrr|r}") == 1 and body.count(r"\end{tabular}") == 1
+    assert body.index(r"\end{tabular}") > body.index(r"\begin{tabular}{l|rrr|rrr|r}")
+    code = "\n".join(body)
+    unescaped = _strip_escapes(code)
+    assert unescaped.count("{") == unescaped.count("}")
+    depth = 0
+    for ch in unescaped:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        assert depth >= 0
+    assert not re.search(r"(?<!\\)[#_%]", code), "unescaped special character"
+    assert r"MS\_v2 \& \#1 \{x\} 5\% \$\textasciitilde{}\textasciicircum{}" in code
+    assert r"\textbf{30.00 $\pm$ 2.48}" in code and r"\textbf{70.00 $\pm$ 2.48}" in code
+    rows = [line for line in body if line.endswith(r"\\")]
+    assert len(rows) == 2 + 3  # two header lines, untrained + two losses
+    for line in rows:
+        cells = re.split(r"(?<!\\)&", line[: -len(r"\\")])
+        spans = [int(m.group(1)) if (m := re.match(r"\s*\\multicolumn\{(\d+)\}", c)) else 1 for c in cells]
+        assert sum(spans) == 8, line
+    assert "% Budget mini; search trials per loss: arcface 3/4, ms 3/4." in text
+    assert "% Reps and commits: arcface 3 reps @ 0123456789, ms 3 reps @ 0123456789." in text
+    assert "% Deviations from the paper protocol: test.reps = 3 (paper 10)." in text
+
+
+def test_latex_escape() -> None:
+    assert latex_escape("a_b&c%d#e") == r"a\_b\&c\%d\#e"
+    assert latex_escape("x\\y") == r"x\textbackslash{}y"
+    assert latex_escape("1 ± 2") == r"1 $\pm$ 2"
+
+
+def test_metric_selection(tmp_path: Path) -> None:
+    base = {"map_at_r": 0.3, "precision_at_1": 0.6, "r_precision": 0.4, "nmi": 0.5}
+    root = write(
+        tmp_path,
+        [
+            make_record("a", "A", base, "1", metrics=["nmi", *MLRC]),
+            make_record("b", "B", base, "2", metrics=[*MLRC, "nmi"]),
+            make_record("c", "C", base, "3", budget="smoke"),
+        ],
+    )
+    mini = select_records(root, "glyphs", "mlrc", "mini")
+    assert resolve_metrics(mini) == [*MLRC, "nmi"]  # MLRC first, extras only when present
+    assert resolve_metrics(select_records(root, "glyphs", "mlrc")) == MLRC
+    assert resolve_metrics(mini, ["nmi", "map_at_r"]) == ["nmi", "map_at_r"]
+    with pytest.raises(DmlbenchError, match="records have: map_at_r, precision_at_1, r_precision"):
+        resolve_metrics(select_records(root, "glyphs", "mlrc", "smoke"), ["nmi"])
+    with pytest.raises(UnknownNameError, match="Unknown metric 'mapr'"):
+        resolve_metrics(mini, ["mapr"])
+    with pytest.raises(DmlbenchError, match="budgets with records: mini, smoke"):
+        select_records(root, "glyphs", "mlrc", "paper")
+
+
+def test_missing_dataset_names_existing(root: Path) -> None:
+    with pytest.raises(DmlbenchError, match=r"dataset 'cub200'.*Records exist for: glyphs/mlrc"):
+        select_records(root, "cub200", "mlrc")
+    with pytest.raises(DmlbenchError, match="no records under"):
+        select_records(root / "nowhere", "glyphs", "mlrc")
+
+
+def test_write_tables(root: Path) -> None:
+    paths = write_tables(root, "glyphs", "mlrc")
+    assert [p.name for p in paths] == [
+        "leaderboard.md",
+        "leaderboard.csv",
+        "leaderboard.tex",
+        "leaderboard.json",
+    ]
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
+def _args(root: Path, **kw: Any) -> argparse.Namespace:
+    base = {"dataset": None, "protocol": "mlrc", "metrics": None, "format": "md", "budget": None,
+            "results_dir": root, "plots": False}  # fmt: skip
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_report_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report_cmd.handle(_args(root, metrics="map_at_r", format="csv")) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("separated_map_at_r_mean,separated_map_at_r_ci,"
+                                        "concatenated_map_at_r_mean,concatenated_map_at_r_ci")  # fmt: skip
+    with pytest.raises(DmlbenchError, match="Records exist for: glyphs/mlrc"):
+        report_cmd.handle(_args(root, dataset="cars196"))
+    write(root, [make_record("x", "X", {m: 0.1 for m in MLRC}, "1")], dataset="omniglot")
+    with pytest.raises(DmlbenchError, match="datasets with 'mlrc' records: glyphs, omniglot"):
+        report_cmd.handle(_args(root))
