@@ -287,8 +287,13 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Settings that say *what* is evaluated or where files live, not *how*: choosing another dataset
+# or data folder is not a departure from the protocol.
+NOT_DEVIATIONS = frozenset({"data.dataset", "data.data_dir", "model.trunk_weights"})
+
+
 def deviations(resolved: RunConfig, paper: RunConfig) -> list[Deviation]:
-    """Every leaf setting whose value differs from the paper configuration."""
+    """Every leaf setting (except NOT_DEVIATIONS) whose value differs from the paper configuration."""
     a = _flatten(config_to_dict(resolved))
     b = _flatten(config_to_dict(paper))
-    return [Deviation(k, b.get(k), a[k]) for k in sorted(a) if a[k] != b.get(k)]
+    return [Deviation(k, b.get(k), a[k]) for k in sorted(a) if k not in NOT_DEVIATIONS and a[k] != b.get(k)]

@@ -45,6 +45,17 @@ def test_paper_budget_has_no_deviations() -> None:
     assert deviations(resolved, paper) == []
 
 
+def test_dataset_and_paths_are_not_deviations_but_protocol_settings_are() -> None:
+    user = {
+        "data.dataset": "omniglot",
+        "data.data_dir": "/x",
+        "model.trunk_weights": "/w.pth",
+        "train.lr": 1e-3,
+    }
+    resolved, paper = resolve_config(PAPER, {}, user)
+    assert [d.key for d in deviations(resolved, paper)] == ["train.lr"]
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
