@@ -6,10 +6,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from benchmark.cli import compare_cmd, list_cmd, report_cmd, run_cmd
+from benchmark.cli import compare_cmd, list_cmd, regress_cmd, report_cmd, run_cmd
 from benchmark.errors import DmlbenchError
 
-SUBCOMMANDS = {"run": run_cmd, "list": list_cmd, "report": report_cmd, "compare": compare_cmd}
+SUBCOMMANDS = {
+    "run": run_cmd,
+    "list": list_cmd,
+    "report": report_cmd,
+    "compare": compare_cmd,
+    "regress": regress_cmd,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
