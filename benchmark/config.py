@@ -12,6 +12,7 @@ file alone, so they can never be forgotten or hand-typed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import types
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 import tomllib
 
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -62,6 +63,9 @@ class ModelConfig:
     trunk_weights: str = ""
     embedding_dim: int = 128
     freeze_trunk_bn: bool = True
+    # Frozen-trunk mode: trunk features computed once and cached on disk; only the embedder trains
+    # (benchmark.models.features). Requires data.augment = "none".
+    frozen_trunk: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,8 +171,10 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     unknown = sorted(set(data) - set(names))
     if unknown:
         where = f"section [{prefix}]" if prefix else "the top level"
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f" Did you mean {_join(prefix, close[0])!r}?" if close else ""
         raise ConfigError(
-            f"Unknown config key {', '.join(repr(_join(prefix, u)) for u in unknown)} in {where}. "
+            f"Unknown config key {', '.join(repr(_join(prefix, u)) for u in unknown)} in {where}.{hint} "
             f"Valid keys there: {', '.join(names)}."
         )
     kwargs = {k: _coerce(v, hints[k], _join(prefix, k)) for k, v in data.items()}
@@ -239,7 +245,8 @@ def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[s
     """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config)."""
     path = protocols_dir / f"{name}.toml"
     if not path.is_file():
-        raise ConfigError(f"Protocol file {path} does not exist.")
+        available = sorted(p.stem for p in protocols_dir.glob("*.toml"))
+        raise UnknownNameError("protocol", name, available)
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

@@ -221,9 +221,12 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
     # Trials finished before the kill are kept, not redone.
     assert [t["number"] for t in trials if t["state"] == "COMPLETE"][:killed_at] == list(range(killed_at))
     # An interrupted trial is retried with the same parameters.
-    for t in trials:
-        if t["interrupted"]:
-            assert t["params"], "the kill was meant to hit a trial that had its parameters"
+    interrupted = [t for t in trials if t["interrupted"]]
+    assert len(interrupted) == 1, trials
+    # The kill aims at a trial that is training (it has its parameters); on a slow machine the
+    # next trial may already have been asked but not yet sampled, and then has none to retry.
+    for t in interrupted:
+        if t["params"]:
             retry = next(u for u in trials if u["state"] == "COMPLETE" and u["params"] == t["params"])
             assert retry["number"] > t["number"]
 

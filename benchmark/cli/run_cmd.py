@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.config import parse_set_option
+from benchmark.errors import ConfigError
 from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.search.storage import DEFAULT_HEARTBEAT_S, check_storage_url
 
 
 def add_parser(sub: Any) -> None:
@@ -38,12 +40,39 @@ def add_parser(sub: Any) -> None:
         default=0,
         help="fold-parallel worker processes (default 0: one per CPU core, max 4; 1 on GPU)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="local search processes sharing the study (several trials at once; each runs its folds "
+        "with --jobs, default 1 per worker). This process waits, then runs the test stage",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help="share the study through a database, e.g. postgresql://user@host/db: the same command "
+        "started on several machines runs one search (default: the journal file in the run dir)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        default=DEFAULT_HEARTBEAT_S,
+        metavar="SECONDS",
+        help="with --storage: heartbeat interval of a running trial; a trial silent for twice this is "
+        f"failed and retried with the same parameters (default {DEFAULT_HEARTBEAT_S})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     overrides = dict(parse_set_option(item) for item in args.overrides)
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}.")
+    if args.heartbeat < 1:
+        raise ConfigError(f"--heartbeat must be >= 1 second, got {args.heartbeat}.")
+    check_storage_url(args.storage)
     request = RunRequest(
         loss=args.loss,
         protocol=args.protocol,
@@ -58,6 +87,9 @@ def handle(args: argparse.Namespace) -> int:
         device=args.device,
         jobs=args.jobs,
         quiet=args.quiet,
+        storage=args.storage,
+        workers=args.workers,
+        heartbeat=args.heartbeat,
     )
     result = MLRCRun(request).run()
     md = result.leaderboard_paths[0]

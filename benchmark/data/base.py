@@ -106,7 +106,10 @@ def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
     if options.image_size < MIN_IMAGE_SIZE:
         raise ConfigError(f"image_size must be at least {MIN_IMAGE_SIZE} px, got {options.image_size}.")
     if spec.requires_data_dir and options.data_dir is None:
-        raise DataError(f"Dataset {name!r} reads files from disk: pass its folder as the data directory.")
+        raise DataError(
+            f"Dataset {name!r} reads files from disk: pass its folder with --data-dir PATH "
+            "(or --set data.data_dir=PATH)."
+        )
     dataset = spec.load(options)
     validate_dataset(dataset, options.image_size)
     return dataset

@@ -146,6 +146,16 @@ def build_model(
     return model
 
 
+def build_head(feature_dim: int, embedding_dim: int, seed: int) -> EmbeddingModel:
+    """The embedder alone (identity trunk), for frozen-trunk training on cached features.
+
+    The embedder is the MLRC ``Linear(feature_dim, embedding_dim)``, drawn from ``seed``.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return EmbeddingModel(nn.Identity(), feature_dim, embedding_dim)
+
+
 def set_train_mode(model: EmbeddingModel, freeze_trunk_bn: bool) -> None:
     """Training mode, with the trunk's BatchNorm layers in eval mode when frozen (SPEC §2.2)."""
     model.train()

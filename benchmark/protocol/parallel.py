@@ -3,8 +3,9 @@
 Why processes and not threads: the CPU default trunk is a small CNN whose convolutions do not
 scale across intra-op threads (measured on the 2-core machine: one process with 2 threads trained
 slower than one with 1 thread), while independent folds scale almost linearly across processes.
-Each worker loads the dataset once (from the on-disk cache) and runs single-threaded; a fold's
-result depends only on its seed, so ``--jobs`` changes wall time, not numbers.
+Each worker loads the dataset once (from the on-disk cache; in frozen-trunk mode the cached
+feature file, never arrays pickled from the parent) and runs single-threaded; a fold's result
+depends only on its seed, so ``--jobs`` changes wall time, not numbers.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import torch
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
-from benchmark.data.base import ImageDataset
 from benchmark.errors import TrainingDiverged
-from benchmark.protocol.train import EpochCallback, FoldResult, embed, train_fold
+from benchmark.models.features import Samples
+from benchmark.protocol.train import EpochCallback, FoldResult, embed_samples, train_fold
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,10 @@ class FoldOutcome:
 
 @dataclass(frozen=True)
 class FoldData:
-    """What a worker needs to train any fold: the fold sets and the test set."""
+    """What a worker needs to train any fold: the fold sets and the test set (images or features)."""
 
-    folds: list[tuple[ImageDataset, ImageDataset]]
-    test: ImageDataset
+    folds: list[tuple[Samples, Samples]]
+    test: Samples
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def run_fold(
         )
     except TrainingDiverged as exc:
         return FoldOutcome(task, None, None, f"fold {task.fold}: {exc}")
-    emb = embed(model, data.test.images, device) if task.embed_test else None
+    emb = embed_samples(model, data.test, device) if task.embed_test else None
     return FoldOutcome(task, result, emb, None)
 
 

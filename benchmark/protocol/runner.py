@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,29 +39,46 @@ from benchmark.data.augment import CHARACTER_AUGMENT, PAPER_AUGMENT, AugmentSpec
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, mlrc_split
 from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
+from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
 from benchmark.models.trunks import TRUNKS
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import EpochCallback, FoldResult, build_fold_model, embed
+from benchmark.protocol.train import EpochCallback, FoldResult, build_fold_model, embed_samples
+from benchmark.search.storage import (
+    DEFAULT_HEARTBEAT_S,
+    fail_stale,
+    heartbeat,
+    is_database_url,
+    open_shared_study,
+    open_storage,
+    redact_url,
+    repair_torn_journal,
+)
 from benchmark.search.study import (
     FAILURE_ATTR,
     SAMPLERS,
+    SURPLUS_ATTR,
     best_trial,
+    budget_rank,
+    budget_state,
     counted_trials,
     enqueue_startup,
+    is_interrupted,
     make_sampler,
-    open_study,
     recover_stale,
     suggest,
 )
 from benchmark.stats import t_interval
 
 RECORD_SCHEMA = "dmlbench.run/1"
+# How often a process waiting for other workers' trials polls the shared study.
+_POLL_S = 1.0
 
 # Our own progress display says what Optuna's per-trial INFO lines would, in the protocol's terms.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -89,6 +107,10 @@ class RunRequest:
     device: str = "auto"
     jobs: int = 0  # fold-parallel worker processes; 0 = one per CPU core (1 on GPU)
     quiet: bool = False
+    storage: str | None = None  # database URL shared by several processes; None = the run dir's journal
+    workers: int = 1  # local search processes sharing the study
+    worker_id: int | None = None  # set in a process started by --workers: it only runs search trials
+    heartbeat: int = DEFAULT_HEARTBEAT_S  # seconds between heartbeats of a running trial (database)
 
 
 @dataclass
@@ -149,6 +171,13 @@ class MLRCRun:
             METRICS.get(m)
         if c.data.augment not in AUGMENTS:
             raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENTS)}.")
+        if c.model.frozen_trunk and c.data.augment != "none":
+            # Features are cached once per image, so they are of un-augmented images; asking for the
+            # user's explicit data.augment=none records that loss of augmentation as a deviation too.
+            raise ConfigError(
+                f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
+                f"data.augment = {c.data.augment!r}; add --set data.augment=none."
+            )
         positive = {
             "train.batch_size": c.train.batch_size,
             "train.iters_per_epoch": c.train.iters_per_epoch,
@@ -204,15 +233,27 @@ class MLRCRun:
     # -- step 2/3 -------------------------------------------------------------------------------
     def load_data(self) -> None:
         self.dataset: ImageDataset = load_run_dataset(self.config, cache_dir())
+        # Frozen trunk: one feature matrix for every fold, trial and rep (computed or from the cache).
+        self.features: FeatureDataset | None = None
+        self.features_path: Path | None = None
+        if self.config.model.frozen_trunk:
+            trunk_seed = derive_seed(self.request.seed, "frozen_trunk")
+            self.features, self.features_path, hit = load_or_compute_features(
+                self.dataset, self.config, cache_dir(), trunk_seed, self.device
+            )
+            self.progress.message(
+                f"frozen trunk: {'cached' if hit else 'computed'} features "
+                f"{tuple(self.features.features.shape)} at {self.features_path}"
+            )
 
     def split(self) -> None:
         self.splits: MLRCSplit = mlrc_split(self.dataset.classes().tolist(), self.config.protocol.n_folds)
-        data = fold_data(self.dataset, self.splits)
+        data = fold_data(self.dataset if self.features is None else self.features, self.splits)
         self.test_set, self.fold_sets = data.test, data.folds
         jobs = self.request.jobs if self.request.jobs > 0 else default_jobs(self.device)
         threads = 1 if jobs > 1 else torch.get_num_threads()
         setup = WorkerSetup(self.config, self.loss_spec.name, self.augment, str(self.device), threads)
-        loader = functools.partial(_load_fold_data, self.config, cache_dir())
+        loader = functools.partial(_load_fold_data, self.config, cache_dir(), self.features_path)
         self.executor = FoldExecutor(setup, data, loader, jobs)
         self.jobs = jobs
         self.progress.parallel = jobs
@@ -232,10 +273,13 @@ class MLRCRun:
         ident_path = self.run_dir / "run.json"
         if ident_path.exists():
             existing = read_json(ident_path)
-            if existing != json.loads(json.dumps(identity)):
+            expected = json.loads(json.dumps(identity))
+            if existing != expected:
+                differ = _differing_keys(existing, expected)
                 raise DmlbenchError(
-                    f"Run directory {self.run_dir} belongs to a different configuration; refusing to mix "
-                    "results. Use another --out or remove the directory."
+                    f"Run directory {self.run_dir} belongs to a different configuration (differs in: "
+                    f"{', '.join(differ[:8])}); refusing to mix results. Use another --out or remove the "
+                    "directory."
                 )
             self.resumed = True
         else:
@@ -245,24 +289,74 @@ class MLRCRun:
 
     # -- step 5 ---------------------------------------------------------------------------------
     def search(self) -> None:
+        """Run search trials until ``search.n_trials`` are counted in the (possibly shared) study.
+
+        One process: the journal in the run dir, stale trials recovered at start. ``--workers N``:
+        this process prepares the study, N worker processes run trials, this one waits. A worker
+        (``worker_id`` set) only runs trials. ``--storage URL``: every process sharing the database
+        runs trials; stale trials of dead processes are failed by heartbeat and retried.
+        """
         c, req = self.config, self.request
         n_folds = len(self.fold_sets)
         self.progress.total = (c.search.n_trials + c.test.reps) * n_folds
         if not self.search_space:
             # Nothing to tune (all hyperparameters fixed): MLRC's search degenerates to one trial.
             self.progress.message("search: every hyperparameter is fixed; running a single trial")
-        sampler = make_sampler(c.search.sampler, derive_seed(req.seed, "sampler"), c.search.n_startup_trials)
-        study = open_study(self.run_dir / "study.journal", "search", sampler)
-        recovered = recover_stale(study)
-        if recovered:
-            self.progress.message(f"search: re-enqueued {recovered} trial(s) interrupted by a dead process")
-        enqueue_startup(study, self.search_space, c.search.n_startup_trials, derive_seed(req.seed, "sobol"))
         target = c.search.n_trials if self.search_space else 1
-        done = len(counted_trials(study))
-        self.progress.skip(min(done, target) * n_folds)
-        for i in range(done, target):
-            self._run_trial(study, i + 1, target)
+        # Each process owns its sampler; distinct seeds keep two workers with the same history from
+        # proposing the same point. A lone process keeps the run's sampler seed (reproducible).
+        worker = self._worker_key()
+        sampler_seed = (
+            derive_seed(req.seed, "sampler") if worker is None else derive_seed(req.seed, "sampler", worker)
+        )
+        sampler = make_sampler(c.search.sampler, sampler_seed, c.search.n_startup_trials)
+        shared = is_database_url(req.storage)
+        # The journal's first opener is alone with it (workers start later): it may repair the file.
+        exclusive = not shared and req.worker_id is None
+        journal = self.run_dir / "study.journal"
+        if exclusive:
+            repaired = repair_torn_journal(journal)
+            if repaired:
+                self.progress.message(f"search: {repaired}")
+        self.storage = open_storage(req.storage, journal, req.heartbeat)
+        study = open_shared_study(
+            self.storage,
+            self._study_name(),
+            sampler,
+            self._study_identity(),
+            lambda s: enqueue_startup(
+                s, self.search_space, c.search.n_startup_trials, derive_seed(req.seed, "sobol")
+            ),
+            exclusive=exclusive,
+        )
+        if exclusive:
+            recovered = recover_stale(study)
+            if recovered:
+                self.progress.message(
+                    f"search: re-enqueued {recovered} trial(s) interrupted by a dead process"
+                )
         self.study = study
+        if req.workers > 1 and req.worker_id is None:
+            from benchmark.protocol.workers import run_local_workers  # imports this module
+
+            self.progress.message(f"search: {req.workers} worker processes share the study")
+            seen = [-1]
+
+            def on_poll() -> None:
+                done = min(len(counted_trials(study)), target)
+                if done != seen[0]:
+                    self.progress.skip((done - max(seen[0], 0)) * n_folds)
+                    seen[0] = done
+                    self.progress.status(
+                        f"search: {done}/{target} trials done | best so far {self._best_so_far(study)}",
+                        persistent=True,
+                    )
+
+            run_local_workers(req, on_poll)
+        else:
+            self._search_loop(study, target)
+        if req.worker_id is not None:
+            return  # a worker only runs trials; the parent picks the best and runs the test stage
         self.best = best_trial(study)
         self.best_params = {**self.loss_spec.defaults, **self.fixed_params, **self.best.params}
         self.progress.message(
@@ -270,12 +364,67 @@ class MLRCRun:
             f"params {_fmt_params(self.best.params)}"
         )
 
+    def _worker_key(self) -> int | str | None:
+        """Who this searching process is, for its seeds (None: the only process of the run)."""
+        req = self.request
+        if req.worker_id is not None:
+            return req.worker_id
+        if is_database_url(req.storage):
+            # Processes on several machines: host and pid tell them apart.
+            return f"{socket.gethostname()}:{os.getpid()}"
+        return None
+
+    def _study_name(self, stage: str = "search") -> str:
+        """``search`` in the run's own journal; in a shared database, the run identity."""
+        if not is_database_url(self.request.storage):
+            return stage
+        req = self.request
+        return (
+            f"dmlbench/{self.config.data.dataset}/{req.protocol}/{self.loss_spec.name}/{req.budget}/"
+            f"seed{req.seed}/{config_hash(self.config)}/{stage}"
+        )
+
+    def _study_identity(self) -> dict[str, Any]:
+        req = self.request
+        return {
+            "dataset": self.config.data.dataset,
+            "protocol": req.protocol,
+            "loss": self.loss_spec.name,
+            "budget": req.budget,
+            "seed": req.seed,
+            "config_hash": config_hash(self.config),
+        }
+
+    def _search_loop(self, study: optuna.Study, target: int) -> None:
+        """Ask and run trials until ``target`` are counted, whoever runs them (see budget_rank)."""
+        n_folds = len(self.fold_sets)
+        counted, _, _ = budget_state(study.get_trials(deepcopy=False))
+        self.progress.skip(min(counted, target) * n_folds)
+        while True:
+            fail_stale(study)  # database storage: fail and re-enqueue trials of dead workers
+            trials = study.get_trials(deepcopy=False)
+            counted, running, waiting = budget_state(trials)
+            if counted >= target:
+                return
+            if counted + running >= target and waiting == 0:
+                # The remaining places are being trained elsewhere; wait in case a worker dies.
+                time.sleep(_POLL_S)
+                continue
+            trial = study.ask()
+            rank = budget_rank(study.get_trials(deepcopy=False), trial.number)
+            if rank >= target:
+                # Another worker took the last place between our check and our ask.
+                trial.set_user_attr(SURPLUS_ATTR, True)
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            with heartbeat(self.storage, trial._trial_id):
+                self._run_trial(study, trial, rank + 1, target)
+
     def _best_so_far(self, study: optuna.Study) -> str:
         values = [t.value for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         return f"{max(v for v in values if v is not None):.4f}" if values else "-"
 
-    def _run_trial(self, study: optuna.Study, i: int, n: int) -> None:
-        trial = study.ask()
+    def _run_trial(self, study: optuna.Study, trial: optuna.Trial, i: int, n: int) -> None:
         params = {**self.loss_spec.defaults, **self.fixed_params, **suggest(trial, self.search_space)}
         best_so_far = self._best_so_far(study)
         n_folds = len(self.fold_sets)
@@ -313,6 +462,7 @@ class MLRCRun:
         if failure is not None:
             trial.set_user_attr(FAILURE_ATTR, failure)
             study.tell(trial, state=TrialState.FAIL)
+            kill_point(f"search.trial_told:{trial.number}")
             self.progress.skip(n_folds - len(results))
             self.progress.status(f"search trial {i}/{n} FAILED ({failure})", persistent=True)
             return
@@ -321,6 +471,7 @@ class MLRCRun:
         sem = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
         trial.set_user_attr("fold_sem", sem)
         study.tell(trial, mean)
+        kill_point(f"search.trial_told:{trial.number}")
         self.progress.status(
             f"search trial {i}/{n} done: mean val MAP@R {mean:.4f} ± {sem:.4f} (sem) "
             f"| best so far {self._best_so_far(study)}",
@@ -329,59 +480,133 @@ class MLRCRun:
 
     # -- step 6 ---------------------------------------------------------------------------------
     def test_stage(self) -> None:
+        """Retrain with the best parameters ``test.reps`` times and evaluate on the test classes.
+
+        Journal storage: this process runs every rep; finished reps and folds are files in
+        ``runs/.../test/`` (resume keeps them). Database storage: the reps are trials of a second
+        study ``.../test`` in the same database, each claimed by one process and retried by
+        heartbeat if that process dies; a rep's result is stored in its trial, so every process
+        can build the record.
+        """
         c = self.config
-        n_folds = len(self.fold_sets)
-        test_dir = self.run_dir / "test"
         self.rep_results: list[dict[str, Any]] = []
+        if is_database_url(self.request.storage):
+            self.rep_results = self._shared_test_stage()
+            return
+        n_folds = len(self.fold_sets)
         for r in range(c.test.reps):
-            rep_path = test_dir / f"rep{r}.json"
+            rep_path = self.run_dir / "test" / f"rep{r}.json"
             if rep_path.exists():
                 self.rep_results.append(read_json(rep_path))
                 self.progress.skip(n_folds)
                 continue
-            embs: dict[int, np.ndarray] = {}
-            infos: dict[int, dict[str, object]] = {}
-            tasks = []
-            for f in range(n_folds):
-                emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
-                if emb_path.exists() and info_path.exists():  # finished before an interruption
-                    embs[f], infos[f] = np.load(emb_path), read_json(info_path)
-                    self.progress.skip(1)
-                else:
-                    seed = derive_seed(self.request.seed, "test", r, f)
-                    tasks.append(FoldTask(f, self.best_params, seed, embed_test=True))
-
-            def on_epoch(task: FoldTask, r: int = r) -> EpochCallback:
-                def cb(epoch: int, val_map: float, best: float) -> None:
-                    self.progress.status(
-                        f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
-                        f"val MAP@R {val_map:.4f} (best {best:.4f})"
-                    )
-
-                return cb
-
-            for outcome in self.executor.run(tasks, on_epoch):
-                f = outcome.task.fold
-                if outcome.failure is not None:
-                    raise DmlbenchError(
-                        f"Test-stage retraining diverged (rep {r}, {outcome.failure}) with the best search "
-                        f"parameters {self.best_params}."
-                    )
-                assert outcome.result is not None and outcome.test_embeddings is not None
-                _save_npy_atomic(test_dir / f"rep{r}-fold{f}.npy", outcome.test_embeddings)
-                write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
-                embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
-                self.progress.fold_finished(outcome.result.wall_s)
-                self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
-            fold_embs = [embs[f] for f in range(n_folds)]
-            rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
+            rep = self._run_rep(r)
             write_json_atomic(rep_path, rep)
+            kill_point(f"test.rep_saved:{r}")
             self.rep_results.append(rep)
-            sep, cat = rep["separated"]["map_at_r"], rep["concatenated"]["map_at_r"]  # type: ignore[index]
-            self.progress.status(
-                f"test rep {r + 1}/{c.test.reps}: separated MAP@R {sep:.4f}, concatenated {cat:.4f}",
-                persistent=True,
-            )
+
+    def _shared_test_stage(self) -> list[dict[str, Any]]:
+        reps, n_folds = self.config.test.reps, len(self.fold_sets)
+        study = open_shared_study(
+            self.storage,
+            self._study_name("test"),
+            optuna.samplers.RandomSampler(seed=derive_seed(self.request.seed, "test_study")),
+            {**self._study_identity(), "best_trial": self.best.number},
+            functools.partial(_enqueue_reps, reps=reps),
+            exclusive=False,
+        )
+        skipped: set[int] = set()
+        while True:
+            fail_stale(study)
+            trials = study.get_trials(deepcopy=False)
+            done = {
+                int(t.user_attrs["rep"]): t.user_attrs["result"]
+                for t in trials
+                if t.state == TrialState.COMPLETE and "result" in t.user_attrs
+            }
+            for r in set(done) - skipped:
+                self.progress.skip(n_folds)
+                skipped.add(r)
+            if len(done) >= reps:
+                return [done[r] for r in range(reps)]
+            failed = [t for t in trials if t.state == TrialState.FAIL and FAILURE_ATTR in t.user_attrs]
+            if failed:
+                raise DmlbenchError(
+                    f"Test-stage retraining failed in another process: {failed[0].user_attrs[FAILURE_ATTR]}"
+                )
+            if not any(t.state == TrialState.WAITING for t in trials):
+                time.sleep(_POLL_S)  # the remaining reps are being trained elsewhere
+                continue
+            trial = study.ask()
+            claimed = trial.user_attrs.get("rep")
+            if claimed is None or int(claimed) in done:
+                # Another process claimed the last queued rep first; ask() then made a fresh trial.
+                trial.set_user_attr(SURPLUS_ATTR, True)
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            r = int(claimed)
+            with heartbeat(self.storage, trial._trial_id):
+                try:
+                    rep = self._run_rep(r)
+                except DmlbenchError as exc:
+                    trial.set_user_attr(FAILURE_ATTR, str(exc))
+                    study.tell(trial, state=TrialState.FAIL)
+                    raise
+                trial.set_user_attr("result", json.loads(json.dumps(rep)))
+                study.tell(trial, 0.0)
+            skipped.add(r)
+
+    def _run_rep(self, r: int) -> dict[str, Any]:
+        """One test repetition: 4 fold models with the best parameters, evaluated on the test set.
+
+        Finished folds are files in ``runs/.../test/`` and are reused after an interruption.
+        """
+        c = self.config
+        n_folds = len(self.fold_sets)
+        test_dir = self.run_dir / "test"
+        embs: dict[int, np.ndarray] = {}
+        infos: dict[int, dict[str, object]] = {}
+        tasks = []
+        for f in range(n_folds):
+            emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
+            if emb_path.exists() and info_path.exists():  # finished before an interruption
+                embs[f], infos[f] = np.load(emb_path), read_json(info_path)
+                self.progress.skip(1)
+            else:
+                seed = derive_seed(self.request.seed, "test", r, f)
+                tasks.append(FoldTask(f, self.best_params, seed, embed_test=True))
+
+        def on_epoch(task: FoldTask) -> EpochCallback:
+            def cb(epoch: int, val_map: float, best: float) -> None:
+                self.progress.status(
+                    f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
+                    f"val MAP@R {val_map:.4f} (best {best:.4f})"
+                )
+
+            return cb
+
+        for outcome in self.executor.run(tasks, on_epoch):
+            f = outcome.task.fold
+            if outcome.failure is not None:
+                raise DmlbenchError(
+                    f"Test-stage retraining diverged (rep {r}, {outcome.failure}) with the best search "
+                    f"parameters {self.best_params}."
+                )
+            assert outcome.result is not None and outcome.test_embeddings is not None
+            _save_npy_atomic(test_dir / f"rep{r}-fold{f}.npy", outcome.test_embeddings)
+            write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
+            kill_point(f"test.fold_saved:{r}:{f}")
+            embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
+            self.progress.fold_finished(outcome.result.wall_s)
+            self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+        fold_embs = [embs[f] for f in range(n_folds)]
+        rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
+        sep, cat = rep["separated"]["map_at_r"], rep["concatenated"]["map_at_r"]  # type: ignore[index]
+        self.progress.status(
+            f"test rep {r + 1}/{c.test.reps}: separated MAP@R {sep:.4f}, concatenated {cat:.4f}",
+            persistent=True,
+        )
+        return rep
 
     def _evaluate_folds(self, fold_embs: list[np.ndarray]) -> dict[str, dict[str, float]]:
         """Separated (mean over fold models) and concatenated metrics on the test classes."""
@@ -402,10 +627,9 @@ class MLRCRun:
             return
         embs = []
         for f in range(len(self.fold_sets)):
-            model = build_fold_model(
-                self.config, self.dataset.images.shape[1], derive_seed(self.request.seed, "untrained", f)
-            )
-            embs.append(embed(model.to(self.device), self.test_set.images, self.device))
+            seed = derive_seed(self.request.seed, "untrained", f)
+            model = build_fold_model(self.config, self.test_set, seed)
+            embs.append(embed_samples(model.to(self.device), self.test_set, self.device))
         self.untrained_result = self._evaluate_folds(embs)
         write_json_atomic(path, self.untrained_result)
 
@@ -433,7 +657,7 @@ class MLRCRun:
                     "fold_sem": t.user_attrs.get("fold_sem"),
                     "wall_s": t.user_attrs.get("wall_s"),
                     "failure": t.user_attrs.get(FAILURE_ATTR),
-                    "interrupted": bool(t.user_attrs.get("interrupted", False)),
+                    "interrupted": is_interrupted(t),
                     "folds": t.user_attrs.get("folds", []),
                 }
             )
@@ -489,12 +713,17 @@ class MLRCRun:
                 "jobs": self.jobs,
                 "device": str(self.device),
                 "torch_threads_per_job": self.executor.setup.threads,
+                "workers": self.request.workers,
+                # Where the study lives: several processes (and machines) may have run its trials.
+                "storage": "journal" if self.request.storage is None else redact_url(self.request.storage),
+                "study": self._study_name(),
             },
         }
 
     def write_record(self) -> None:
         self.record = self.build_record()
         write_json_atomic(self.run_dir / "record.json", self.record)
+        kill_point("record.run_dir")
         req = self.request
         self.record_path = (
             req.results_dir
@@ -511,6 +740,7 @@ class MLRCRun:
 
         results, dataset, protocol = self.request.results_dir, self.config.data.dataset, self.request.protocol
         self.leaderboard_paths = write_tables(results, dataset, protocol)
+        kill_point("report.tables")
         self.progress.message("refreshing plots ...")
         self.leaderboard_paths += [p for p in write_plots(results, dataset, protocol) if p.suffix == ".png"]
 
@@ -548,18 +778,23 @@ def load_run_dataset(config: RunConfig, cache: Path) -> ImageDataset:
     return subsample(load_dataset(c.dataset, options), c.max_classes, c.max_per_class)
 
 
-def fold_data(dataset: ImageDataset, splits: MLRCSplit) -> FoldData:
-    """The per-fold train/val sets and the test set of a split."""
+def fold_data(dataset: Samples, splits: MLRCSplit) -> FoldData:
+    """The per-fold train/val sets and the test set of a split (of images or of cached features)."""
     return FoldData(
         [(dataset.subset(f.train), dataset.subset(f.val)) for f in splits.folds], dataset.subset(splits.test)
     )
 
 
-def _load_fold_data(config: RunConfig, cache: Path) -> FoldData:
-    # Runs in each worker process: the dataset comes from the on-disk cache, the split is recomputed
-    # (a pure function of the labels), so nothing large is pickled across processes.
-    dataset = load_run_dataset(config, cache)
-    return fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+def _load_fold_data(config: RunConfig, cache: Path, features_path: Path | None = None) -> FoldData:
+    # Runs in each worker process: the dataset (or, frozen trunk, the feature file the parent wrote)
+    # comes from the on-disk cache, the split is recomputed (a pure function of the labels), so
+    # nothing large is pickled across processes.
+    data: Samples
+    if features_path is not None:
+        data = load_features(features_path, config.data.dataset)
+    else:
+        data = load_run_dataset(config, cache)
+    return fold_data(data, mlrc_split(data.classes().tolist(), config.protocol.n_folds))
 
 
 def default_jobs(device: torch.device) -> int:
@@ -603,12 +838,32 @@ def _interval_dict(values: list[float], confidence: float) -> dict[str, float]:
     return {"mean": iv.mean, "half_width": iv.half_width, "n": iv.n, "low": iv.low, "high": iv.high}
 
 
+def _enqueue_reps(study: optuna.Study, reps: int) -> None:
+    # The test study's trials are the repetitions, queued once by the process that creates it.
+    for r in range(reps):
+        study.enqueue_trial({}, user_attrs={"rep": r})
+
+
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("wb") as fh:
         np.save(fh, array)
     os.replace(tmp, path)
+
+
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like mappings."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if k not in a or k not in b:
+                out.append(key)
+            else:
+                out += _differing_keys(a[k], b[k], key)
+        return out
+    return [] if a == b else [prefix or "(root)"]
 
 
 def _fmt_params(params: Mapping[str, float]) -> str:

@@ -1,5 +1,10 @@
 """Training of one fold model (SPEC §2.2): epochs of N iterations, periodic validation MAP@R,
-patience-based stopping, best-validation checkpoint, NaN/inf detection."""
+patience-based stopping, best-validation checkpoint, NaN/inf detection.
+
+A fold trains on images (trunk + embedder) or, in frozen-trunk mode, on cached trunk features
+(:class:`~benchmark.models.features.FeatureDataset`; the embedder alone). Both go through the
+same loop; only how a batch becomes model input and which model is built differ.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +22,11 @@ from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
 from benchmark.data.base import ImageDataset
 from benchmark.data.sampler import MPerClassSampler
-from benchmark.errors import TrainingDiverged
+from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.metrics import evaluate
-from benchmark.models.trunks import EmbeddingModel, build_model, set_train_mode
+from benchmark.models.features import FeatureDataset, Samples
+from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
 
 
 @dataclass
@@ -63,16 +69,50 @@ def embed(model: nn.Module, images: torch.Tensor, device: torch.device, batch_si
     return torch.cat(out).numpy()
 
 
-def build_fold_model(config: RunConfig, in_channels: int, seed: int) -> EmbeddingModel:
-    """The trunk + embedder for one fold, initialised from ``seed``."""
+def embed_samples(model: nn.Module, data: Samples, device: torch.device, batch_size: int = 512) -> np.ndarray:
+    """Embeddings (N, D) of a fold's images, or of its cached trunk features in frozen-trunk mode."""
+    if isinstance(data, ImageDataset):
+        return embed(model, data.images, device, batch_size)
+    with torch.no_grad():
+        model.eval()
+        out = [
+            model(data.features[start : start + batch_size].to(device)).float().cpu()
+            for start in range(0, len(data), batch_size)
+        ]
+    return torch.cat(out).numpy()
+
+
+def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingModel:
+    """The model for one fold, initialised from ``seed``.
+
+    On images: trunk + embedder. On cached features (frozen trunk): the embedder alone behind an
+    identity trunk, since the trunk already ran when the features were computed.
+    """
+    if isinstance(data, FeatureDataset):
+        if not config.model.frozen_trunk:
+            raise ValueError("internal: feature data given to a run without model.frozen_trunk")
+        return build_head(int(data.features.shape[1]), config.model.embedding_dim, seed)
+    if config.model.frozen_trunk:
+        raise ValueError("internal: model.frozen_trunk is set but the fold data are images, not features")
     return build_model(
         config.model.trunk,
-        in_channels,
+        data.images.shape[1],
         config.model.embedding_dim,
         pretrained=config.model.pretrained,
         weights_path=config.model.trunk_weights,
         seed=seed,
     )
+
+
+def _batch_input(
+    data: Samples, idx: torch.Tensor, augment: AugmentSpec | None, gen: torch.Generator
+) -> torch.Tensor:
+    """Model input for the rows ``idx``: cached features as they are, or (augmented) images."""
+    if isinstance(data, FeatureDataset):
+        return data.features[idx]
+    images = data.images[idx]
+    # augment None ("none"): train on the eval transform, e.g. for frozen-feature ablations.
+    return eval_batch(images) if augment is None else train_batch(images, augment, gen)
 
 
 def _grads_finite(params: list[nn.Parameter]) -> bool:
@@ -84,8 +124,8 @@ def train_fold(
     config: RunConfig,
     loss_name: str,
     loss_params: Mapping[str, float],
-    train: ImageDataset,
-    val: ImageDataset,
+    train: Samples,
+    val: Samples,
     augment: AugmentSpec | None,
     seed: int,
     device: torch.device,
@@ -98,7 +138,12 @@ def train_fold(
     spec = LOSSES.get(loss_name)
     tc = config.train
     t0 = time.perf_counter()
-    model = build_fold_model(config, train.images.shape[1], seed).to(device)
+    if isinstance(train, FeatureDataset) and augment is not None:
+        # Cached features are of un-augmented images; silently ignoring augmentation would hide it.
+        raise ConfigError(
+            "model.frozen_trunk = true trains on cached features, so data.augment must be 'none'."
+        )
+    model = build_fold_model(config, train, seed).to(device)
     train_labels = remap_labels(train.labels)
     n_classes = int(train_labels.max()) + 1
     torch.manual_seed(seed)  # loss parameter init (proxies, mean fields) draws from the global RNG
@@ -132,9 +177,7 @@ def train_fold(
         loss_fn.train()
         for batch in sampler.sample(tc.iters_per_epoch):
             idx = torch.from_numpy(batch)
-            images = train.images[idx]
-            # augment None ("none"): train on the eval transform, e.g. for frozen-feature ablations.
-            x = (eval_batch(images) if augment is None else train_batch(images, augment, gen)).to(device)
+            x = _batch_input(train, idx, augment, gen).to(device)
             y = labels_t[idx].to(device)
             loss = loss_fn(model(x), y)
             if not torch.isfinite(loss):
@@ -150,7 +193,7 @@ def train_fold(
                 loss_opt.step()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
-        emb = embed(model, val.images, device)
+        emb = embed_samples(model, val, device)
         if not np.isfinite(emb).all():
             raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
         val_map = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"]

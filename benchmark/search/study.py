@@ -34,6 +34,9 @@ for _name, _doc in [
 # such trials are retried and do not count towards the configured number of trials.
 INTERRUPTED_ATTR = "interrupted"
 FAILURE_ATTR = "failure"
+# Attribute of a trial asked by a worker after the global budget was already taken by trials with
+# lower numbers (a race between workers); it is told PRUNED before any parameter is drawn.
+SURPLUS_ATTR = "surplus"
 
 
 def make_sampler(name: str, seed: int, n_startup_trials: int) -> optuna.samplers.BaseSampler:
@@ -73,7 +76,7 @@ def sobol_points(space: Mapping[str, SearchDim], n: int, seed: int) -> list[dict
 
 
 def open_study(journal: Path, study_name: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    """Create or load the study stored in ``journal``."""
+    """Create or load the study stored in ``journal`` (single process; see :mod:`.storage`)."""
     journal.parent.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(journal)))
     return optuna.create_study(
@@ -92,7 +95,8 @@ def enqueue_startup(study: optuna.Study, space: Mapping[str, SearchDim], n: int,
 def recover_stale(study: optuna.Study) -> int:
     """Fail trials left RUNNING by a dead process and re-enqueue their parameters; return how many.
 
-    Only safe when no other worker shares the study (embedded journal storage, one process).
+    Only safe when no other worker shares the study: the journal storage, called by the one
+    process that opens the run before any ``--workers`` start. Database storage uses heartbeats.
     """
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
@@ -102,14 +106,51 @@ def recover_stale(study: optuna.Study) -> int:
     return len(stale)
 
 
+def is_interrupted(trial: FrozenTrial) -> bool:
+    """A failed trial whose process died (marked on resume, or failed by a missed heartbeat).
+
+    Failures caused by the parameters are always told with a :data:`FAILURE_ATTR` reason; a FAIL
+    without one can only come from a dead process (journal recovery or Optuna's heartbeat).
+    """
+    return trial.state == TrialState.FAIL and (
+        bool(trial.user_attrs.get(INTERRUPTED_ATTR)) or FAILURE_ATTR not in trial.user_attrs
+    )
+
+
+def is_counted(trial: FrozenTrial) -> bool:
+    """Counts towards ``search.n_trials``: complete, or failed because of its parameters."""
+    return trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.FAIL and not is_interrupted(trial)
+    )
+
+
 def counted_trials(study: optuna.Study) -> list[FrozenTrial]:
     """Trials that count towards the budget: complete ones and ones failed by their parameters."""
-    return [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if t.state == TrialState.COMPLETE
-        or (t.state == TrialState.FAIL and not t.user_attrs.get(INTERRUPTED_ATTR))
-    ]
+    return [t for t in study.get_trials(deepcopy=False) if is_counted(t)]
+
+
+def _is_live(trial: FrozenTrial) -> bool:
+    # Counted, or still able to become counted (queued or being trained somewhere).
+    return is_counted(trial) or trial.state in (TrialState.RUNNING, TrialState.WAITING)
+
+
+def budget_rank(trials: list[FrozenTrial], number: int) -> int:
+    """How many live trials have a lower number than trial ``number``: its place in the budget.
+
+    Trial numbers follow creation order in every storage, so when several workers race for the
+    last places, the lower-numbered trial wins and a trial with rank >= n_trials is surplus. Every
+    trial that ends up counted existed (queued, running or done) when any higher-numbered trial
+    checked its rank, so the number of counted trials never exceeds ``n_trials``.
+    """
+    return sum(1 for t in trials if t.number < number and _is_live(t))
+
+
+def budget_state(trials: list[FrozenTrial]) -> tuple[int, int, int]:
+    """(counted, running, waiting) trial counts."""
+    counted = sum(1 for t in trials if is_counted(t))
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    waiting = sum(1 for t in trials if t.state == TrialState.WAITING)
+    return counted, running, waiting
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:

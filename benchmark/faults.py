@@ -1,0 +1,29 @@
+"""Named kill points, so crash-safety can be tested at exact moments instead of racing a timer.
+
+Setting ``DMLBENCH_KILL_AT=<point>`` makes the process SIGKILL itself when it reaches ``<point>``
+(no cleanup, no ``finally`` blocks, no flushed buffers: the same as ``kill -9`` at that moment).
+Points are listed in :data:`KILL_POINTS`; a point with ``{...}`` fields names a specific trial, repetition,
+fold or file. Unset, a kill point costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "DMLBENCH_KILL_AT"
+
+KILL_POINTS = (
+    "search.trial_told:{trial number}",  # a trial's result is in the study, the next is not asked yet
+    "test.fold_saved:{rep}:{fold}",  # a test fold's embeddings are saved, the rep is not evaluated yet
+    "test.rep_saved:{rep}",  # a test repetition's result file is written
+    "record.run_dir",  # the record is in the run dir, not yet in results/
+    "report.tables",  # the leaderboard tables are written, the plots are not
+    "write:{file name}",  # an atomic write's temporary file is complete, the rename has not happened
+)
+
+
+def kill_point(name: str) -> None:
+    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name``."""
+    if os.environ.get(ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,96 @@
+"""``--workers N``: N local search processes sharing one study (several trials at once).
+
+The parent process opens the run (journal repair, stale-trial recovery, Sobol startup points)
+before any worker starts, then spawns N workers that only run search trials, shows the global
+progress, and runs the test stage itself once every worker has finished. Workers are spawned
+(not forked: torch/OpenMP thread pools do not survive a fork) and exit if their parent dies.
+
+CPU: unless ``--jobs`` is given, each worker trains its folds one after another (``jobs=1``)
+with ``cores // N`` torch threads (at least 1), so N workers use about the machine's cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from benchmark.errors import DmlbenchError
+from benchmark.protocol.runner import MLRCRun, RunRequest
+
+
+def worker_threads(workers: int, cores: int | None = None) -> int:
+    """Torch threads per worker so that ``workers`` single-job workers share the cores."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, cores // max(1, workers))
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    # A parent killed with SIGKILL cannot stop its workers; without this they would train on.
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(1.0)
+
+
+def worker_main(request: RunRequest, worker_id: int, threads: int, parent_pid: int) -> None:
+    """Entry point of one worker process: run search trials until the global budget is taken."""
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    torch.set_num_threads(threads)
+    run = MLRCRun(request)
+    run.resolve()
+    run.load_data()
+    run.split()
+    run.prepare_run_dir()
+    try:
+        run.search()
+    finally:
+        run.executor.close()
+
+
+def run_local_workers(request: RunRequest, on_poll: Callable[[], None], poll_s: float = 2.0) -> None:
+    """Run ``request.workers`` worker processes to completion, calling ``on_poll`` while waiting.
+
+    A worker that exits abnormally stops all others (their trials would otherwise wait for the
+    dead worker's RUNNING trial, which only the next start of the run can recover).
+    """
+    n = request.workers
+    jobs = request.jobs if request.jobs > 0 else 1
+    threads = worker_threads(n) if jobs == 1 else 1
+    ctx = mp.get_context("spawn")
+    procs = []
+    for k in range(1, n + 1):
+        child = dataclasses.replace(request, workers=1, worker_id=k, jobs=jobs, quiet=True)
+        p = ctx.Process(
+            target=worker_main, args=(child, k, threads, os.getpid()), name=f"dmlbench-worker-{k}"
+        )
+        p.start()
+        procs.append(p)
+    try:
+        while any(p.is_alive() for p in procs):
+            failed = [p for p in procs if p.exitcode not in (None, 0)]
+            if failed:
+                raise DmlbenchError(
+                    f"search worker {failed[0].name} exited with code {failed[0].exitcode}; the other "
+                    "workers were stopped. Re-run the same command to resume (finished trials are kept)."
+                )
+            on_poll()
+            time.sleep(poll_s)
+        failed = [p for p in procs if p.exitcode != 0]
+        if failed:
+            raise DmlbenchError(
+                f"search worker {failed[0].name} exited with code {failed[0].exitcode}. "
+                "Re-run the same command to resume (finished trials are kept)."
+            )
+        on_poll()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=10)
