@@ -35,9 +35,10 @@ from benchmark.regress.compare import (
 # Tolerances and verdicts
 
 
-def naive_tolerance(values: list[float], q: float, floor: float) -> float:
+def naive_tolerance(values: list[float], q: float, floor: float, k: int = 1) -> float:
+    # The difference of two independent k-seed means: sd * sqrt(1/k + 1/k).
     sd = statistics.stdev(values)
-    return max(floor, scipy.stats.t.ppf(q, len(values) - 1) * math.sqrt(2) * sd)
+    return max(floor, scipy.stats.t.ppf(q, len(values) - 1) * math.sqrt(1 / k + 1 / k) * sd)
 
 
 @pytest.mark.parametrize("values", [[0.30, 0.31, 0.29], [0.5, 0.52, 0.47, 0.55, 0.49], [0.1, 0.9]])
@@ -45,6 +46,10 @@ def test_tolerance_matches_naive_reference(values: list[float]) -> None:
     assert tolerance_from_seeds(values, 0.99, 0.0) == pytest.approx(naive_tolerance(values, 0.99, 0.0))
     # A larger quantile allows a larger drop.
     assert tolerance_from_seeds(values, 0.999, 0.0) > tolerance_from_seeds(values, 0.9, 0.0)
+    # Averaging 4 check seeds halves it.
+    four = tolerance_from_seeds(values, 0.99, 0.0, k=4)
+    assert four == pytest.approx(naive_tolerance(values, 0.99, 0.0, 4))
+    assert four == pytest.approx(tolerance_from_seeds(values, 0.99, 0.0) / 2)
 
 
 def test_tolerance_floor_applies_to_zero_spread() -> None:
@@ -132,7 +137,7 @@ def _baseline(case: str, shift: float = 0.0) -> Any:
     return build_case_baseline(
         case,
         per_seed,
-        check_seed=0,
+        check_seeds=(0, 1),
         quantile=0.99,
         floor=0.005,
         identity={"config": {"train": {"lr": 1e-4}}, "params": {"m": 0.1}, "fold": 0, "hash": "x"},
@@ -145,10 +150,13 @@ def _baseline(case: str, shift: float = 0.0) -> Any:
 def test_baseline_values_and_tolerance_come_from_the_seeds() -> None:
     b = _baseline("glyphs/mfcont")
     val = b.metrics["val_map_at_r"]
-    assert val.value == 0.5  # the check seed's value, not the mean
+    assert val.value == pytest.approx(0.505)  # the mean over the check seeds 0 and 1, not all seeds
     assert val.per_seed == {0: 0.5, 1: 0.51, 2: 0.52}
-    assert val.tolerance == pytest.approx(naive_tolerance([0.5, 0.51, 0.52], 0.99, 0.005))
-    assert b.tolerance["n_seeds"] == 3 and "sqrt(2)" in b.tolerance["formula"]
+    assert val.tolerance == pytest.approx(naive_tolerance([0.5, 0.51, 0.52], 0.99, 0.005, k=2))
+    assert b.tolerance["n_seeds"] == 3 and b.tolerance["k_check_seeds"] == 2
+    assert "sqrt(2/k)" in b.tolerance["formula"]
+    with pytest.raises(DmlbenchError, match="check seeds"):
+        build_case_baseline("x", {0: {"m": 0.1}, 1: {"m": 0.2}}, (0, 5), 0.99, 0.0, {}, "", {}, {})
 
 
 def test_baseline_file_round_trip_and_merge(tmp_path: Path) -> None:
@@ -159,7 +167,7 @@ def test_baseline_file_round_trip_and_merge(tmp_path: Path) -> None:
     assert set(loaded) == {"mfcont", "ms"}
     assert loaded["mfcont"] == a and loaded["ms"] == b
     data = json.loads(path.read_text())
-    assert data["schema"] == "dmlbench.regress-baseline/1" and "tolerance_rule" in data
+    assert data["schema"] == "dmlbench.regress-baseline/2" and "tolerance_rule" in data
     assert load_baselines(tmp_path, "omniglot") == {}
 
 
@@ -196,7 +204,8 @@ TINY: dict[str, Any] = {
         "protocol": "mlrc",
         "budget": "mini",
         "fold": 0,
-        "seeds": [0, 1],
+        "seeds": [0, 1, 2],
+        "check_seeds": 2,
         "tolerance_quantile": 0.99,
         "tolerance_floor": 0.005,
         "set": {
@@ -230,6 +239,8 @@ def _with(path: str, value: Any) -> dict[str, Any]:
     [
         (_with("regress.sedes", [0, 1]), "unknown key regress.sedes"),
         (_with("regress.seeds", [0]), "at least 2 integer seeds"),
+        (_with("regress.check_seeds", 3), "check_seeds must be in 1..2"),
+        (_with("regress.check_seeds", 0), "check_seeds must be in 1..2"),
         (_with("regress.fold", "0"), "regress.fold must be an integer"),
         (_with("regress.tolerance_quantile", 1.5), "tolerance_quantile must be in"),
         (_with("datasets.glyphs.data_dir", "x"), "reads no files"),
@@ -306,16 +317,18 @@ def test_tiny_case_end_to_end(tmp_path: Path, cache_dir: Path, capsys: pytest.Ca
     base = tmp_path / "baselines"
     common = ["--suite", str(suite), "--baselines", str(base), "--datasets", "glyphs"]
 
-    # --update trains both suite seeds and writes the file from those runs.
+    # --update trains every suite seed and writes the file from those runs.
     assert regress(*common, "--update") == 0
     out = capsys.readouterr().out
-    assert "glyphs/mfcont seed 0" in out and "glyphs/mfcont seed 1" in out
+    assert all(f"glyphs/mfcont seed {s}" in out for s in (0, 1, 2))
     stored = json.loads((base / "glyphs.json").read_text())["cases"]["mfcont"]
     assert stored["provenance"]["command"].startswith("dmlbench regress --update")
     assert stored["provenance"]["environment"]["torch_threads"] == 1
-    assert set(stored["metrics"]["test_map_at_r"]["per_seed"]) == {"0", "1"}
+    per_seed = stored["metrics"]["test_map_at_r"]["per_seed"]
+    assert set(per_seed) == {"0", "1", "2"}
+    assert stored["metrics"]["test_map_at_r"]["value"] == (per_seed["0"] + per_seed["1"]) / 2
 
-    # Same seed, same environment, one thread: the check reproduces the baseline bit for bit.
+    # Same seeds, same environment, one thread: the check reproduces the baseline bit for bit.
     assert regress(*common) == 0
     out = capsys.readouterr().out
     assert "2 checks: 2 identical" in out and "REGRESS" not in out

@@ -9,7 +9,7 @@ configuration identity that must match for a comparison to mean anything, and th
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,21 +21,22 @@ from benchmark.errors import DmlbenchError
 from benchmark.io import read_json, write_json_atomic
 from benchmark.regress.compare import tolerance_from_seeds
 
-SCHEMA = "dmlbench.regress-baseline/1"
+SCHEMA = "dmlbench.regress-baseline/2"
 
 TOLERANCE_RULE = (
-    "Same seed, same environment, 1 torch thread on CPU: a check reproduces the baseline value bit "
-    "for bit, so any delta comes from a code, data or library change. The tolerance is the allowed "
-    "drop below the check seed's baseline value: max(floor, t_{n-1}(quantile) * sqrt(2) * s), s = sample "
-    "standard deviation of the metric over the n baseline seeds. A change no worse than re-drawing the "
-    "seed stays within it with probability `quantile` (one-sided); a drop beyond it is a regression "
-    "(exit 1), a rise beyond it is reported as IMPROVED (exit 0, re-run --update)."
+    "Same seeds, same environment, 1 torch thread on CPU: a check reproduces the baseline value bit "
+    "for bit, so any delta comes from a code, data or library change. A check trains the k check seeds "
+    "and compares their mean with the baseline's mean over the same k seeds. The tolerance is the "
+    "allowed drop: max(floor, t_{n-1}(quantile) * sqrt(2/k) * s), s = sample standard deviation of the "
+    "metric over the n baseline seeds. A change no worse than re-drawing the seeds stays within it with "
+    "probability `quantile` (one-sided); a drop beyond it is a regression (exit 1), a rise beyond it is "
+    "reported as IMPROVED (exit 0, re-run --update)."
 )
 
 
 @dataclass(frozen=True)
 class MetricBaseline:
-    value: float  # the check seed's value, what a check compares against
+    value: float  # the mean over the check seeds, what a check compares against
     per_seed: dict[int, float]
     tolerance: float
 
@@ -55,7 +56,7 @@ class CaseBaseline:
     """The stored baseline of one regression case."""
 
     case: str
-    check_seed: int
+    check_seeds: tuple[int, ...]
     metrics: dict[str, MetricBaseline]
     identity: dict[str, Any]
     data_fingerprint: str
@@ -66,7 +67,7 @@ class CaseBaseline:
     def to_dict(self) -> dict[str, Any]:
         return {
             "case": self.case,
-            "check_seed": self.check_seed,
+            "check_seeds": list(self.check_seeds),
             "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
             "tolerance": self.tolerance,
             "data_fingerprint": self.data_fingerprint,
@@ -87,7 +88,7 @@ class CaseBaseline:
 def build_case_baseline(
     case: str,
     per_seed: Mapping[int, Mapping[str, float]],
-    check_seed: int,
+    check_seeds: Sequence[int],
     quantile: float,
     floor: float,
     identity: dict[str, Any],
@@ -96,24 +97,37 @@ def build_case_baseline(
     wall_s: Mapping[int, float],
 ) -> CaseBaseline:
     """A case's baseline from its per-seed metric values (tolerances from their spread)."""
-    if check_seed not in per_seed:
-        raise DmlbenchError(f"{case}: the check seed {check_seed} is not among the seeds {list(per_seed)}.")
-    names = list(per_seed[check_seed])
-    n = len(per_seed)
+    missing = [s for s in check_seeds if s not in per_seed]
+    if not check_seeds or missing:
+        raise DmlbenchError(
+            f"{case}: the check seeds {list(check_seeds)} must be among the seeds {list(per_seed)}."
+        )
+    names = list(per_seed[check_seeds[0]])
+    n, k = len(per_seed), len(check_seeds)
     metrics = {}
     for name in names:
         values = {s: float(v[name]) for s, v in per_seed.items()}
-        tol = tolerance_from_seeds(list(values.values()), quantile, floor)
-        metrics[name] = MetricBaseline(values[check_seed], values, tol)
+        tol = tolerance_from_seeds(list(values.values()), quantile, floor, k)
+        metrics[name] = MetricBaseline(check_mean(values[s] for s in check_seeds), values, tol)
     rule = {
-        "formula": "max(floor, t_{n-1}(quantile) * sqrt(2) * sd)",
+        "formula": "max(floor, t_{n-1}(quantile) * sqrt(2/k) * sd)",
         "quantile": quantile,
         "floor": floor,
         "n_seeds": n,
+        "k_check_seeds": k,
         "t": float(scipy.stats.t.ppf(quantile, n - 1)),
         "reasoning": TOLERANCE_RULE,
     }
-    return CaseBaseline(case, check_seed, metrics, identity, data_fingerprint, rule, provenance, dict(wall_s))
+    return CaseBaseline(
+        case, tuple(check_seeds), metrics, identity, data_fingerprint, rule, provenance, dict(wall_s)
+    )
+
+
+def check_mean(values: Iterable[float]) -> float:
+    """The value a check compares: the plain mean over the check seeds, summed in seed order (so a
+    check and its baseline compute it with the same float operations)."""
+    xs = list(values)
+    return float(math.fsum(xs) / len(xs))
 
 
 def baseline_path(directory: Path, dataset: str) -> Path:
@@ -151,7 +165,7 @@ def case_from_dict(data: Mapping[str, Any], path: Path, loss: str) -> CaseBaseli
     wall = {int(k): float(v) for k, v in data.get("wall_s_per_seed", {}).items()}
     return CaseBaseline(
         str(_get(data, "case", where, path)),
-        int(_get(data, "check_seed", where, path)),
+        tuple(int(s) for s in _get(data, "check_seeds", where, path)),
         metrics,
         dict(_get(data, "identity", where, path)),
         str(_get(data, "data_fingerprint", where, path)),

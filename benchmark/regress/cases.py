@@ -36,11 +36,12 @@ class Settings:
     tolerance_quantile: float
     tolerance_floor: float
     overrides: Mapping[str, Any]
+    n_check_seeds: int = 1
 
     @property
-    def check_seed(self) -> int:
-        """The seed a check (CI) trains; --update trains all of ``seeds``."""
-        return self.seeds[0]
+    def check_seeds(self) -> tuple[int, ...]:
+        """The seeds a check (CI) trains, the first ``n_check_seeds`` of ``seeds``; --update trains all."""
+        return self.seeds[: self.n_check_seeds]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ _SETTINGS_KEYS = {
     "budget": str,
     "fold": int,
     "seeds": list,
+    "check_seeds": int,
     "tolerance_quantile": float,
     "tolerance_floor": float,
     "set": dict,
@@ -129,7 +131,13 @@ def parse_suite(data: Mapping[str, Any], path: Path, data_dir_override: Path | N
     fold = int(_require(reg, "fold", "regress", path))
     if not 0 <= fold < 4:
         raise ConfigError(f"{path}: regress.fold must be 0..3 (MLRC has 4 folds), got {fold}.")
-    settings = Settings(protocol, budget, fold, seeds, quantile, floor, dict(reg.get("set", {})))
+    n_check = int(_require(reg, "check_seeds", "regress", path))
+    if not 1 <= n_check < len(seeds):
+        raise ConfigError(
+            f"{path}: regress.check_seeds must be in 1..{len(seeds) - 1} (fewer than the {len(seeds)} "
+            f"baseline seeds), got {n_check}."
+        )
+    settings = Settings(protocol, budget, fold, seeds, quantile, floor, dict(reg.get("set", {})), n_check)
 
     datasets = _require(data, "datasets", "", path)
     if not isinstance(datasets, Mapping) or not datasets:

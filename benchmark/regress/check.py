@@ -21,6 +21,7 @@ from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     CaseBaseline,
     build_case_baseline,
+    check_mean,
     differing_keys,
     load_baselines,
     save_baselines,
@@ -109,19 +110,20 @@ def run_check(
     rows: list[Row] = []
     with single_thread():
         for i, p in enumerate(prepared, 1):
-            run = run_case(p, settings, settings.check_seed)
+            runs = [run_case(p, settings, seed) for seed in settings.check_seeds]
+            failure = next((f"seed {r.seed}: {r.failure}" for r in runs if r.failure), None)
             base = stored[p.case.name]
             expected = {m: (b.value, b.tolerance) for m, b in base.metrics.items()}
-            case_rows = compare_case(
-                p.case.name, expected, None if run.failure else run.metrics, run.failure, exact
-            )
-            rows += case_rows
-            status = "failed" if run.failure else "done"
-            print(f"[{i}/{len(prepared)}] {p.case.name}: {status} in {run.wall_s:.1f}s", file=out, flush=True)
+            now = None if failure else {m: check_mean(r.metrics[m] for r in runs) for m in expected}
+            rows += compare_case(p.case.name, expected, now, failure, exact)
+            status = "failed" if failure else "done"
+            wall = sum(r.wall_s for r in runs)
+            print(f"[{i}/{len(prepared)}] {p.case.name}: {status} in {wall:.1f}s", file=out, flush=True)
     provenance = {name: b.provenance_line() for name, b in stored.items()}
     print(file=out)
     print(
-        f"dmlbench regress: {len(prepared)} case(s), seed {settings.check_seed}, fold {settings.fold}, "
+        f"dmlbench regress: {len(prepared)} case(s), mean over seeds {list(settings.check_seeds)}, "
+        f"fold {settings.fold}, "
         f"baselines {baselines_dir}" + (", --exact (any difference fails)" if exact else ""),
         file=out,
     )
@@ -174,7 +176,7 @@ def run_update(
             baseline = build_case_baseline(
                 p.case.name,
                 per_seed,
-                settings.check_seed,
+                settings.check_seeds,
                 settings.tolerance_quantile,
                 settings.tolerance_floor,
                 p.identity(settings),
@@ -187,7 +189,7 @@ def run_update(
                 mb = baseline.metrics[m]
                 values = list(mb.per_seed.values())
                 lines.append(
-                    f"{p.case.name:24s} {m:14s} seed{settings.check_seed} {mb.value:.4f}"
+                    f"{p.case.name:24s} {m:14s} check mean {mb.value:.4f}"
                     f"  mean {np.mean(values):.4f}  sd {np.std(values, ddof=1):.4f}"
                     f"  tolerance {mb.tolerance:.4f}"
                 )

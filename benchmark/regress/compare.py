@@ -14,23 +14,27 @@ import scipy.stats
 from benchmark.errors import DmlbenchError
 
 
-def tolerance_from_seeds(values: Sequence[float], quantile: float, floor: float) -> float:
-    """Allowed drop of a metric below its baseline value: ``max(floor, t_{n-1}(q) * sqrt(2) * s)``.
+def tolerance_from_seeds(values: Sequence[float], quantile: float, floor: float, k: int = 1) -> float:
+    """Allowed drop of a ``k``-seed mean below its baseline: ``max(floor, t_{n-1}(q) * sqrt(2/k) * s)``.
 
-    ``s`` is the sample standard deviation of the metric over the ``n`` baseline seeds. The
-    difference of two independent seeds' values has standard deviation ``sqrt(2) * sigma``; with
-    ``sigma`` estimated by ``s`` from ``n`` values, ``(x_a - x_b) / (sqrt(2) s)`` follows Student's
-    t with ``n - 1`` degrees of freedom. So a change that is no worse than "drawing another seed"
-    (a reordered random stream, a library's different kernel numerics) drops the value by more than
-    the tolerance with probability ``1 - quantile`` only.
+    ``s`` is the sample standard deviation of the metric over the ``n`` baseline seeds. A check
+    averages ``k`` seeds and compares with the baseline's average of the same ``k`` seeds; after a
+    change that redraws the random streams, the difference of two independent ``k``-seed means has
+    standard deviation ``sqrt(2/k) * sigma``; with ``sigma`` estimated by ``s`` from ``n`` values,
+    the difference over ``sqrt(2/k) s`` follows Student's t with ``n - 1`` degrees of freedom. So a
+    change no worse than "drawing other seeds" (a reordered random stream, a library's different
+    kernel numerics) drops the value by more than the tolerance with probability ``1 - quantile``.
+    Averaging ``k`` seeds narrows the tolerance by ``sqrt(k)``: smaller real drops are caught.
     """
     if len(values) < 2:
         raise DmlbenchError(f"A tolerance needs the metric from at least 2 seeds, got {len(values)}.")
     if not 0.5 < quantile < 1:
         raise DmlbenchError(f"tolerance quantile must be in (0.5, 1), got {quantile}.")
+    if k < 1:
+        raise DmlbenchError(f"A check averages at least 1 seed, got k={k}.")
     sd = float(np.std(np.asarray(values, dtype=np.float64), ddof=1))
     t = float(scipy.stats.t.ppf(quantile, len(values) - 1))
-    return max(floor, t * math.sqrt(2.0) * sd)
+    return max(floor, t * math.sqrt(2.0 / k) * sd)
 
 
 class Status(enum.Enum):

@@ -53,6 +53,7 @@ class PreparedCase:
             "fold": settings.fold,
             # The tolerance rule too: a changed rule must regenerate the stored tolerances.
             "seeds": list(settings.seeds),
+            "check_seeds": settings.n_check_seeds,
             "tolerance_quantile": settings.tolerance_quantile,
             "tolerance_floor": settings.tolerance_floor,
         }
