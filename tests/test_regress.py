@@ -159,6 +159,15 @@ def test_baseline_values_and_tolerance_come_from_the_seeds() -> None:
         build_case_baseline("x", {0: {"m": 0.1}, 1: {"m": 0.2}}, (0, 5), 0.99, 0.0, {}, "", {}, {})
 
 
+def test_update_replaces_a_file_of_an_older_schema(tmp_path: Path) -> None:
+    old = {"schema": "dmlbench.regress-baseline/1", "dataset": "glyphs", "cases": {"ms": {"x": 1}}}
+    (tmp_path / "glyphs.json").write_text(json.dumps(old))
+    with pytest.raises(DmlbenchError, match="schema"):
+        load_baselines(tmp_path, "glyphs")  # a check refuses it ...
+    save_baselines(tmp_path, "glyphs", {"mfcont": _baseline("glyphs/mfcont")})  # ... --update replaces it
+    assert set(load_baselines(tmp_path, "glyphs")) == {"mfcont"}
+
+
 def test_baseline_file_round_trip_and_merge(tmp_path: Path) -> None:
     a, b = _baseline("glyphs/mfcont"), _baseline("glyphs/ms", shift=0.1)
     path = save_baselines(tmp_path, "glyphs", {"mfcont": a})

@@ -175,6 +175,15 @@ def case_from_dict(data: Mapping[str, Any], path: Path, loss: str) -> CaseBaseli
     )
 
 
+def _schema_of(path: Path) -> str | None:
+    # None for a missing or unreadable file (load_baselines then reports what is wrong with it).
+    try:
+        schema = read_json(path).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(schema)
+
+
 def load_baselines(directory: Path, dataset: str) -> dict[str, CaseBaseline]:
     """The stored cases of ``dataset`` by loss name ({} when the file does not exist)."""
     path = baseline_path(directory, dataset)
@@ -192,10 +201,14 @@ def load_baselines(directory: Path, dataset: str) -> dict[str, CaseBaseline]:
 
 
 def save_baselines(directory: Path, dataset: str, updated: Mapping[str, CaseBaseline]) -> Path:
-    """Write ``updated`` cases into the dataset's file, keeping the cases not updated."""
-    cases = load_baselines(directory, dataset)
-    cases.update(updated)
+    """Write ``updated`` cases into the dataset's file, keeping the cases not updated.
+
+    A file of an older schema is replaced, not merged: its cases follow another tolerance rule,
+    and a check would refuse them anyway.
+    """
     path = baseline_path(directory, dataset)
+    cases = load_baselines(directory, dataset) if _schema_of(path) in (None, SCHEMA) else {}
+    cases.update(updated)
     write_json_atomic(
         path,
         {
