@@ -254,6 +254,14 @@ def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[s
         raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
 
 
+def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
+    """The ``[protocol] name`` of a parsed protocol file (which runner executes it); ``mlrc`` if unset."""
+    section = protocol_data.get("protocol")
+    if isinstance(section, Mapping) and isinstance(section.get("name"), str):
+        return str(section["name"])
+    return "mlrc"
+
+
 def resolve_config(
     protocol_data: Mapping[str, Any],
     budget_overrides: Mapping[str, Any],

@@ -55,6 +55,10 @@ def _budgets() -> list[str]:
         out.append(f"{n:8s} {b.description}")
         for k, v in b.overrides.items():
             out.append(f"    {k} = {v!r}")
+        for protocol, overrides in b.protocol_overrides.items():
+            out.append(f"  for protocol {protocol} instead:")
+            for k, v in overrides.items():
+                out.append(f"    {k} = {v!r}")
     return out
 
 

@@ -1,4 +1,4 @@
-"""``dmlbench run``: search, test stage, evaluation, record and leaderboard for one loss."""
+"""``dmlbench run``: one protocol (mlrc, traditional, cbir) for one loss, from training to leaderboard."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from benchmark.config import parse_set_option
 from benchmark.errors import ConfigError
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.dispatch import runner_for
+from benchmark.protocol.runner import RunRequest
 from benchmark.search.storage import DEFAULT_HEARTBEAT_S, check_storage_url
 
 
@@ -91,7 +92,7 @@ def handle(args: argparse.Namespace) -> int:
         workers=args.workers,
         heartbeat=args.heartbeat,
     )
-    result = MLRCRun(request).run()
+    result = runner_for(args.protocol)(request).run()
     md = result.leaderboard_paths[0]
     print()
     print(md.read_text(encoding="utf-8"))

@@ -72,3 +72,38 @@ def _distinct_uniform(rng: np.random.Generator, population: np.ndarray, k: int) 
         collided = (out[:, :step] == draw[:, None]).any(axis=1)
         out[:, step] = np.where(collided, top, draw)
     return out
+
+
+class PassSampler:
+    """Batches of ``batch_size`` images taken in order from successive seeded shuffles of all images.
+
+    Each pass over the data is a fresh permutation; a batch may straddle two passes, so every
+    image is drawn once per pass and no batch is short. This is the plain random batching of
+    the Proxy-Anchor and Class-Anchor-Margin code bases (class-based losses need no positives).
+    """
+
+    def __init__(self, n_items: int, batch_size: int, rng: np.random.Generator) -> None:
+        if n_items < 2:
+            raise DataError(f"Random batches need at least 2 training images, got {n_items}.")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be positive, got {batch_size}.")
+        self.n_items = n_items
+        # A batch larger than the data would repeat images inside one batch; cap it instead.
+        self.batch_size = min(batch_size, n_items)
+        self.rng = rng
+        self._pending = np.empty(0, dtype=np.int64)
+
+    def sample(self, n_batches: int) -> np.ndarray:
+        """``n_batches`` batches of dataset indices, int64 of shape (n_batches, batch_size)."""
+        if n_batches < 0:
+            raise ConfigError(f"n_batches must be non-negative, got {n_batches}.")
+        need = n_batches * self.batch_size
+        parts = [self._pending]
+        have = len(self._pending)
+        while have < need:
+            perm = self.rng.permutation(self.n_items).astype(np.int64)
+            parts.append(perm)
+            have += len(perm)
+        stream = np.concatenate(parts)
+        self._pending = stream[need:]
+        return stream[:need].reshape(n_batches, self.batch_size)

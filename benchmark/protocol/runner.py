@@ -32,6 +32,7 @@ from benchmark.config import (
     config_to_dict,
     deviations,
     load_protocol_file,
+    protocol_kind,
     resolve_config,
 )
 from benchmark.data import DATASETS, DatasetOptions, load_dataset
@@ -156,7 +157,8 @@ class MLRCRun:
         if req.sampler is not None:
             user["search.sampler"] = req.sampler
         protocol_data = load_protocol_file(req.protocol)
-        self.config, self.paper = resolve_config(protocol_data, budget.overrides, user)
+        overrides = budget.overrides_for(protocol_kind(protocol_data))
+        self.config, self.paper = resolve_config(protocol_data, overrides, user)
         self._validate_names(self.config)
         self.deviations: list[Deviation] = deviations(self.config, self.paper)
         self.search_space, self.fixed_params = self._search_space()
@@ -164,20 +166,6 @@ class MLRCRun:
         self.device = pick_device(req.device)
 
     def _validate_names(self, c: RunConfig) -> None:
-        DATASETS.get(c.data.dataset)
-        TRUNKS.get(c.model.trunk)
-        SAMPLERS.get(c.search.sampler)
-        for m in c.test.metrics:
-            METRICS.get(m)
-        if c.data.augment not in AUGMENTS:
-            raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENTS)}.")
-        if c.model.frozen_trunk and c.data.augment != "none":
-            # Features are cached once per image, so they are of un-augmented images; asking for the
-            # user's explicit data.augment=none records that loss of augmentation as a deviation too.
-            raise ConfigError(
-                f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
-                f"data.augment = {c.data.augment!r}; add --set data.augment=none."
-            )
         positive = {
             "train.batch_size": c.train.batch_size,
             "train.iters_per_epoch": c.train.iters_per_epoch,
@@ -189,9 +177,7 @@ class MLRCRun:
             "model.embedding_dim": c.model.embedding_dim,
             "data.image_size": c.data.image_size,
         }
-        for key, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{key} must be >= 1, got {value}.")
+        validate_common(c, positive)
         if c.search.n_startup_trials < 0 or c.search.n_startup_trials > c.search.n_trials:
             raise ConfigError(
                 f"search.n_startup_trials must be in [0, search.n_trials={c.search.n_trials}], "
@@ -199,8 +185,6 @@ class MLRCRun:
             )
         if c.protocol.n_folds != 4:
             raise ConfigError(f"protocol.n_folds must be 4 for MLRC (got {c.protocol.n_folds}).")
-        if c.test.reps < 2:
-            raise ConfigError(f"test.reps must be >= 2 to give a confidence interval, got {c.test.reps}.")
 
     def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
         spec = self.loss_spec
@@ -767,6 +751,29 @@ class MLRCRun:
         self.write_record()
         self.update_leaderboard()
         return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
+
+
+def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
+    """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
+    DATASETS.get(c.data.dataset)
+    TRUNKS.get(c.model.trunk)
+    SAMPLERS.get(c.search.sampler)
+    for m in c.test.metrics:
+        METRICS.get(m)
+    if c.data.augment not in AUGMENTS:
+        raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENTS)}.")
+    if c.model.frozen_trunk and c.data.augment != "none":
+        # Features are cached once per image, so they are of un-augmented images; asking for the
+        # user's explicit data.augment=none records that loss of augmentation as a deviation too.
+        raise ConfigError(
+            f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
+            f"data.augment = {c.data.augment!r}; add --set data.augment=none."
+        )
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}.")
+    if c.test.reps < 2:
+        raise ConfigError(f"test.reps must be >= 2 to give a confidence interval, got {c.test.reps}.")
 
 
 def load_run_dataset(config: RunConfig, cache: Path) -> ImageDataset:

@@ -21,7 +21,7 @@ from torch import nn
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
 from benchmark.data.base import ImageDataset
-from benchmark.data.sampler import MPerClassSampler
+from benchmark.data.sampler import MPerClassSampler, PassSampler
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.metrics import evaluate
@@ -130,10 +130,80 @@ def train_fold(
     seed: int,
     device: torch.device,
     on_epoch: EpochCallback | None = None,
+    optimizer: str = "rmsprop",
+    sampling: str = "m_per_class",
 ) -> tuple[FoldResult, EmbeddingModel]:
     """Train one fold model and return its result and the best-validation model.
 
-    Raises :class:`TrainingDiverged` when the loss or a gradient becomes NaN/inf.
+    ``optimizer`` and ``sampling`` are the protocol's (see :func:`train_with_loss`). Raises
+    :class:`TrainingDiverged` when the loss or a gradient becomes NaN/inf.
+    """
+    result, model, _ = train_with_loss(
+        config=config,
+        loss_name=loss_name,
+        loss_params=loss_params,
+        train=train,
+        val=val,
+        augment=augment,
+        seed=seed,
+        device=device,
+        on_epoch=on_epoch,
+        optimizer=optimizer,
+        sampling=sampling,
+    )
+    return result, model
+
+
+#: Optimisers a protocol may train with: MLRC's RMSprop (with momentum), the traditional
+#: protocol's AdamW and the Class-Anchor-Margin paper's Adam. The loss's own parameters get the
+#: same kind of optimiser with ``lr = param_lr``.
+OPTIMIZERS = ("rmsprop", "adamw", "adam")
+
+#: How batches are drawn: ``m_per_class`` (MLRC: m images of each of batch/m classes) or
+#: ``pass`` (class-based losses of the traditional/cbir protocols: shuffled passes over the
+#: training images, as the Proxy-Anchor and CAM code bases do; pair-based losses keep m = 4).
+SAMPLINGS = ("m_per_class", "pass")
+
+
+def make_optimizer(
+    kind: str, params: list[nn.Parameter], lr: float, weight_decay: float, momentum: float
+) -> torch.optim.Optimizer:
+    """The optimiser ``kind`` (one of :data:`OPTIMIZERS`) over ``params``."""
+    if kind == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, momentum=momentum)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise ConfigError(f"Unknown optimizer {kind!r}; valid: {', '.join(OPTIMIZERS)}.")
+
+
+def iterations_per_epoch(config_iters: int, n_train: int, batch_size: int) -> int:
+    """Iterations of one epoch: ``config_iters``, or with 0 one pass over ``n_train`` images
+    (full batches only, at least one: a last batch of one image would break BatchNorm)."""
+    if config_iters > 0:
+        return config_iters
+    return max(1, n_train // batch_size)
+
+
+def train_with_loss(
+    *,
+    config: RunConfig,
+    loss_name: str,
+    loss_params: Mapping[str, float],
+    train: Samples,
+    val: Samples,
+    augment: AugmentSpec | None,
+    seed: int,
+    device: torch.device,
+    on_epoch: EpochCallback | None = None,
+    optimizer: str = "rmsprop",
+    sampling: str = "m_per_class",
+) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
+    """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
+    the best validation epoch.
+
+    ``train.iters_per_epoch = 0`` makes an epoch one pass over the training images.
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -152,30 +222,39 @@ def train_fold(
     )
 
     model_params = list(model.parameters())
-    opt = torch.optim.RMSprop(model_params, lr=tc.lr, weight_decay=tc.weight_decay, momentum=tc.momentum)
+    opt = make_optimizer(optimizer, model_params, tc.lr, tc.weight_decay, tc.momentum)
     loss_param_list = [p for p in loss_fn.parameters() if p.requires_grad]
     loss_opt = None
     if loss_param_list:
-        loss_opt = torch.optim.RMSprop(
+        loss_opt = make_optimizer(
+            optimizer,
             loss_param_list,
-            lr=float(loss_params.get("param_lr", spec.defaults.get("param_lr", 1e-3))),
-            weight_decay=spec.param_weight_decay,
-            momentum=tc.param_momentum,
+            float(loss_params.get("param_lr", spec.defaults.get("param_lr", 1e-3))),
+            spec.param_weight_decay,
+            tc.param_momentum,
         )
 
     rng = np.random.default_rng(seed)
-    sampler = MPerClassSampler(train_labels, spec.m_per_class, tc.batch_size, rng)
+    sampler: MPerClassSampler | PassSampler
+    if sampling == "pass" and not spec.pair_based:
+        sampler = PassSampler(len(train_labels), tc.batch_size, rng)
+    elif sampling in SAMPLINGS:
+        sampler = MPerClassSampler(train_labels, spec.m_per_class, tc.batch_size, rng)
+    else:
+        raise ConfigError(f"Unknown sampling {sampling!r}; valid: {', '.join(SAMPLINGS)}.")
+    iters = iterations_per_epoch(tc.iters_per_epoch, len(train_labels), tc.batch_size)
     gen = torch.Generator().manual_seed(seed)
     labels_t = torch.from_numpy(train_labels)
 
     best_val, best_epoch, since_best = -math.inf, 0, 0
     best_state = copy.deepcopy(model.state_dict())
+    best_loss_state = copy.deepcopy(loss_fn.state_dict())
     curve: list[tuple[int, float]] = []
     epoch = 0
     for epoch in range(1, tc.max_epochs + 1):
         set_train_mode(model, config.model.freeze_trunk_bn)
         loss_fn.train()
-        for batch in sampler.sample(tc.iters_per_epoch):
+        for batch in sampler.sample(iters):
             idx = torch.from_numpy(batch)
             x = _batch_input(train, idx, augment, gen).to(device)
             y = labels_t[idx].to(device)
@@ -202,6 +281,7 @@ def train_fold(
         if val_map > best_val:
             best_val, best_epoch, since_best = val_map, epoch, 0
             best_state = copy.deepcopy(model.state_dict())
+            best_loss_state = copy.deepcopy(loss_fn.state_dict())
         else:
             since_best += 1
         if on_epoch is not None:
@@ -209,5 +289,6 @@ def train_fold(
         if since_best >= tc.patience:
             break
     model.load_state_dict(best_state)
+    loss_fn.load_state_dict(best_loss_state)
     result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve)
-    return result, model
+    return result, model, loss_fn

@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.metrics import METRICS
-from benchmark.report.leaderboard import MODES
+from benchmark.report.leaderboard import MODES, record_modes
 from benchmark.report.tables import Records, latest_per_loss, latex_escape
 from benchmark.stats.intervals import holm, welch_t_test
 
@@ -126,6 +126,12 @@ def _per_rep(record: dict[str, Any], mode: str, metric: str) -> list[float]:
         ) from None
 
 
+def _has_mode(record: dict[str, Any], mode: str) -> bool:
+    """Whether a record evaluates ``mode`` (MLRC records have both of theirs; others list theirs)."""
+    modes = record.get("test", {}).get("modes")
+    return True if modes is None else mode in modes
+
+
 def compare_budget(
     budget: str,
     records: Records,
@@ -156,11 +162,14 @@ def compare_budget(
             f"({', '.join(by_loss)})."
         )
     out: list[Comparison] = []
+    modes = record_modes(list(by_loss.values()))
     for name in wanted:
         for ref in references:
             if ref == name:
                 continue
-            for mode, _ in MODES:
+            for mode, _ in modes:
+                if not all(_has_mode(by_loss[x], mode) for x in (name, ref)):
+                    continue  # e.g. cbir's two-stage mode of a loss without class anchors
                 a = _per_rep(by_loss[name], mode, metric)
                 b = _per_rep(by_loss[ref], mode, metric)
                 t, p = welch_t_test(a, b)
@@ -276,13 +285,16 @@ def render_markdown(
         f"✓ significant, × not; ↑ the loss has the better mean {spec.display_name} than the reference "
         f"({'higher' if spec.higher_is_better else 'lower'} is better), ↓ the worse; "
         "n/a: no p-value (fewer than 2 repetitions, or identical constant values).",
-        "Sep. = separated fold embeddings, Concat. = concatenated.",
     ]
+    if protocol == "mlrc":
+        lines.append("Sep. = separated fold embeddings, Concat. = concatenated.")
     labels = dict(MODES)
     for budget, comps in tables.items():
         losses, cols, cells = _grid(comps)
         names = _names(comps)
-        header = ["Loss"] + [f"vs {names[ref]} {labels[mode]}" for ref, mode in cols]
+        header = ["Loss"] + [
+            f"vs {names[ref]} {labels.get(mode, mode.replace('_', ' '))}" for ref, mode in cols
+        ]
         lines += [
             "",
             f"## Budget `{budget}`",
@@ -389,7 +401,13 @@ def render_latex(
             f"% Budget {budget}",
             r"\begin{tabular}{l|" + "c" * len(cols) + "}",
             r"\hline",
-            " & ".join(["Loss"] + [latex_escape(f"vs {names[ref]} {labels[mode]}") for ref, mode in cols])
+            " & ".join(
+                ["Loss"]
+                + [
+                    latex_escape(f"vs {names[ref]} {labels.get(mode, mode.replace('_', ' '))}")
+                    for ref, mode in cols
+                ]
+            )
             + r" \\",
             r"\hline",
         ]

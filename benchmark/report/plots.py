@@ -39,7 +39,7 @@ from matplotlib.ticker import MaxNLocator
 
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.report.leaderboard import MODES, load_records
+from benchmark.report.leaderboard import MODES, load_records, record_modes
 from benchmark.report.tables import latest_per_loss, mode_titles, record_metrics
 
 MIN_IMPORTANCE_TRIALS = 5
@@ -98,15 +98,18 @@ def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budg
     chosen = latest_per_loss(records)
     newest = max(chosen, key=lambda r: r.get("created", ""))
     titles = mode_titles(chosen)
+    modes = record_modes(chosen)
     n = len(chosen)
-    fig = Figure(figsize=(10, len(metrics) * (0.32 * n + 1.3)), layout="constrained")
+    fig = Figure(figsize=(5 * len(modes), len(metrics) * (0.32 * n + 1.3)), layout="constrained")
     y = np.arange(n)
+    missing = {"mean": None, "half_width": None}
     for i, m in enumerate(metrics):
         spec = METRICS.get(m)
-        for j, (mode, _) in enumerate(MODES):
-            ax = fig.add_subplot(len(metrics), 2, 2 * i + j + 1)
-            means = np.array([100 * _nan(r["test"]["summary"][mode][m]["mean"]) for r in chosen])
-            hws = np.array([100 * _nan(r["test"]["summary"][mode][m]["half_width"]) for r in chosen])
+        for j, (mode, _) in enumerate(modes):
+            ax = fig.add_subplot(len(metrics), len(modes), len(modes) * i + j + 1)
+            cells = [r["test"]["summary"].get(mode, {}).get(m, missing) for r in chosen]
+            means = np.array([100 * _nan(c["mean"]) for c in cells])
+            hws = np.array([100 * _nan(c["half_width"]) for c in cells])
             ax.errorbar(
                 means, y, xerr=np.nan_to_num(hws), fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3
             )
@@ -120,7 +123,7 @@ def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budg
             ax.set_yticks(y, [_name(r) for r in chosen] if j == 0 else [""] * n)
             ax.invert_yaxis()
             ax.set_xlabel(f"{spec.display_name} (%)")
-            ax.set_title(f"{titles[mode]}: {spec.display_name}", fontsize="medium")
+            ax.set_title(f"{titles.get(mode, mode)}: {spec.display_name}", fontsize="medium")
             ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"Test metrics, mean ± 95% CI over test repetitions (budget {budget})")
     return fig
@@ -446,12 +449,16 @@ def write_plots(results_dir: Path, dataset: str, protocol: str, *, log: Log | No
             figures.append(("metrics", plot_metrics(chosen, metrics, budget)))
         else:
             note(f"metrics-{budget}: the records share no registered metric; skipped.")
-        figures.append(("history", plot_history(chosen, budget)))
-        figures.append(("val_curves", plot_val_curves(chosen, budget, note)))
-        wall_metric = "map_at_r" if "map_at_r" in metrics else (metrics[0] if metrics else None)
-        if wall_metric is not None:
-            figures.append(("wall_time", plot_wall_time(chosen, wall_metric, budget, note)))
-        figures.append(("importance", plot_importance(chosen, budget, note)))
+        if not all("search" in r for r in chosen):
+            # traditional/cbir records: no search trials, folds or search timings to plot.
+            note(f"history/val_curves/wall_time/importance-{budget}: protocol without a search; skipped.")
+        else:
+            figures.append(("history", plot_history(chosen, budget)))
+            figures.append(("val_curves", plot_val_curves(chosen, budget, note)))
+            wall_metric = "map_at_r" if "map_at_r" in metrics else (metrics[0] if metrics else None)
+            if wall_metric is not None:
+                figures.append(("wall_time", plot_wall_time(chosen, wall_metric, budget, note)))
+            figures.append(("importance", plot_importance(chosen, budget, note)))
         for kind, fig in figures:
             if fig is None:
                 note(f"{kind}-{budget}: nothing to plot.")

@@ -20,10 +20,13 @@ from benchmark.metrics import METRICS, MLRC_METRICS
 from benchmark.report.leaderboard import (
     MODES,
     UNTRAINED,
+    Modes,
     Row,
     build_rows,
+    footer_notes,
     format_cell,
     load_records,
+    record_modes,
     render_csv,
     render_markdown,
     write_leaderboard,
@@ -126,7 +129,10 @@ def latest_per_loss(records: Sequence[dict[str, Any]]) -> Records:
 
 
 def mode_titles(records: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Long column-group titles with the embedding sizes, e.g. ``"Separated (128-d)"``."""
+    """Long column-group titles with the embedding sizes, e.g. ``"Separated (128-d)"``; for a
+    protocol with its own modes, their labels."""
+    if record_modes(records) != MODES:
+        return dict(record_modes(records))
     titles = {"separated": "Separated", "concatenated": "Concatenated"}
     if not records:
         return titles
@@ -145,10 +151,12 @@ def mode_titles(records: Sequence[dict[str, Any]]) -> dict[str, str]:
 # -- shared row logic ---------------------------------------------------------------------------
 
 
-def best_means(rows: Sequence[Row], metrics: Sequence[str]) -> dict[tuple[str, str], float]:
+def best_means(
+    rows: Sequence[Row], metrics: Sequence[str], modes: Modes = MODES
+) -> dict[tuple[str, str], float]:
     """Best mean per (mode, metric) column over the trained rows, by the metric's direction."""
     best: dict[tuple[str, str], float] = {}
-    for mode, _ in MODES:
+    for mode, _ in modes:
         for m in metrics:
             sign = 1.0 if METRICS.get(m).higher_is_better else -1.0
             values = [
@@ -161,13 +169,14 @@ def best_means(rows: Sequence[Row], metrics: Sequence[str]) -> dict[tuple[str, s
 
 
 def search_trials(records: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Per loss: (complete search trials, planned trials)."""
+    """Per loss: (complete search trials, planned trials); records without a search are left out."""
     return {
         r["loss"]: (
             sum(1 for t in r["search"]["trials"] if t["state"] == "COMPLETE"),
             int(r["search"]["n_trials"]),
         )
         for r in records
+        if "search" in r
     }
 
 
@@ -217,18 +226,20 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
         _comment("Generated from the run records; do not edit by hand."),
         _comment("Values: mean ± half-width of the 95% t-interval over test repetitions, in percent."),
     ]
-    n_cols = 1 + 2 * len(metrics) + 1
+    modes = record_modes([r for rs in by_budget.values() for r in rs])
+    n_cols = 1 + len(modes) * len(metrics) + 1
     for budget in sorted(by_budget):
         records = by_budget[budget]
         chosen = latest_per_loss(records)
-        rows = build_rows(records, metrics)
-        best = best_means(rows, metrics)
+        rows = build_rows(records, metrics, modes)
+        best = best_means(rows, metrics, modes)
         titles = mode_titles(records)
-        spec = "l|" + "|".join("r" * len(metrics) for _ in MODES) + "|r"
+        spec = "l|" + "|".join("r" * len(metrics) for _ in modes) + "|r"
         group = " & ".join(
-            rf"\multicolumn{{{len(metrics)}}}{{c|}}{{{latex_escape(titles[mode])}}}" for mode, _ in MODES
+            rf"\multicolumn{{{len(metrics)}}}{{c|}}{{{latex_escape(titles.get(mode, label))}}}"
+            for mode, label in modes
         )
-        names = [latex_escape(METRICS.get(m).display_name) for _ in MODES for m in metrics]
+        names = [latex_escape(METRICS.get(m).display_name) for _ in modes for m in metrics]
         lines += [
             "",
             _comment(f"Budget {budget}"),
@@ -240,7 +251,7 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
         ]
         for r in rows:
             cells = [latex_escape(r.name)]
-            for mode, _ in MODES:
+            for mode, _ in modes:
                 for m in metrics:
                     mean, hw = r.cells[(mode, m)]
                     text = latex_escape(format_cell(mean, hw))
@@ -258,8 +269,11 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
                 f"Budget {budget}; search trials per loss: "
                 + ", ".join(f"{loss} {c}/{n}" for loss, (c, n) in trials.items())
                 + "."
+                if trials
+                else f"Budget {budget}; no hyperparameter search (loss defaults)."
             )
         )
+        lines += [_comment(note) for note in footer_notes(chosen)]
         lines.append(
             _comment(
                 "Reps and commits: "
@@ -301,15 +315,16 @@ def leaderboard_data(
     Values are fractions (like the CSV), not percent; a missing interval is ``None``.
     """
     budgets = []
+    modes = record_modes([r for rs in by_budget.values() for r in rs])
     for budget in sorted(by_budget):
         records = by_budget[budget]
         chosen = latest_per_loss(records)
-        rows = build_rows(records, metrics)
-        best = best_means(rows, metrics)
+        rows = build_rows(records, metrics, modes)
+        best = best_means(rows, metrics, modes)
         out_rows = []
         for r in rows:
             cells: dict[str, dict[str, dict[str, Any]]] = {}
-            for mode, _ in MODES:
+            for mode, _ in modes:
                 cells[mode] = {}
                 for m in metrics:
                     mean, hw = r.cells[(mode, m)]
@@ -336,6 +351,7 @@ def leaderboard_data(
                     loss: {"complete": c, "n_trials": n} for loss, (c, n) in search_trials(chosen).items()
                 },
                 "deviations": deviations(chosen),
+                "notes": footer_notes(chosen),
             }
         )
     return {
@@ -343,7 +359,7 @@ def leaderboard_data(
         "dataset": dataset,
         "protocol": protocol,
         "confidence": 0.95,
-        "modes": [mode for mode, _ in MODES],
+        "modes": [mode for mode, _ in modes],
         "metrics": [
             {
                 "name": m,

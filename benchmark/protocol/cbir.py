@@ -1,0 +1,255 @@
+"""The ``cbir`` protocol (Class-Anchor-Margin paper; SPEC §2.5 and §4.3): closed-set retrieval.
+
+Choices, each recorded in the run record:
+
+* **Split**: :func:`~benchmark.data.closed_set.closed_set_split` with a quarter of each class's
+  images as queries (:data:`QUERY_FRACTION`) and split seed :data:`SPLIT_SEED`, a constant, so
+  every loss, seed and rep is scored on the same database and queries.
+* **Training**: on the database (= training) images, loss defaults (no search; ``--set loss.X``
+  fixes others), Adam (``train.lr``, ``train.weight_decay``), an epoch = one pass over the
+  training images, class-based losses with plain random batches, pair-based with m = 4 per class.
+  No model selection: with ``eval_every = max_epochs`` the model after the last epoch is scored
+  (the paper's patience needs a validation split it does not describe).
+* **Metrics**: brute force over the whole database (exact, ties by database index): mAP, P@20,
+  P@100 (``test.metrics`` may name ``map`` and ``precision_at_K``). For losses with class anchors
+  (:func:`~benchmark.metrics.two_stage.anchors_from_loss`: proxies, mean fields, CAM anchors,
+  classifier weights) also two-stage retrieval (nearest anchor, then that class's database items
+  by label) with the same metrics, stage-1 accuracy and time per query against brute force's.
+  Timing: wall clock of ranking all queries, per query, in ms; database preparation and grouping
+  excluded. Brute force is timed with the same numpy key computation and stable sort that stage 2
+  uses (:func:`brute_force_ranking`), so the ratio measures the saved comparisons, not a
+  difference between libraries. Times depend on the machine's load; they are recorded per rep.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from benchmark.config import RunConfig
+from benchmark.data.base import ImageDataset
+from benchmark.data.closed_set import closed_set_split
+from benchmark.errors import ConfigError, TrainingDiverged
+from benchmark.metrics.knn import Space
+from benchmark.metrics.retrieval import nanmean
+from benchmark.metrics.two_stage import (
+    MAX_KEY_ENTRIES,
+    ClassAnchors,
+    TwoStageIndex,
+    anchors_from_loss,
+    brute_force_scores,
+    list_hits,
+    num_relevant_in_database,
+    prepare,
+    rank_keys,
+    score_hits,
+)
+from benchmark.protocol.repeated import RepeatedRun
+from benchmark.protocol.seeds import derive_seed
+from benchmark.protocol.train import build_fold_model, embed_samples, iterations_per_epoch, train_with_loss
+
+QUERY_FRACTION = 0.25
+SPLIT_SEED = 0
+_PRECISION = re.compile(r"^precision_at_(\d+)$")
+
+
+def cbir_cutoffs(metrics: list[str]) -> list[int]:
+    """The k of every ``precision_at_k`` in ``metrics``; a ConfigError for a metric cbir cannot score."""
+    ks = []
+    for m in metrics:
+        match = _PRECISION.match(m)
+        if match:
+            ks.append(int(match.group(1)))
+        elif m != "map":
+            raise ConfigError(
+                f"test.metrics: {m!r} is not a query-vs-database metric; the cbir protocol scores "
+                "'map' and 'precision_at_K' (e.g. precision_at_20, precision_at_100)."
+            )
+    return ks
+
+
+def loss_anchors(loss: nn.Module, class_ids: np.ndarray) -> ClassAnchors | None:
+    """The class anchors of a trained loss module, or None when it has none (pair-based losses)."""
+    try:
+        return anchors_from_loss(loss, class_ids)
+    except ConfigError:
+        return None
+
+
+def brute_force_ranking(queries: np.ndarray, prepared_database: np.ndarray, space: Space) -> np.ndarray:
+    """The full ranking (Q, N) of the (already prepared) database for every query, ties by index."""
+    q = prepare(queries, space)
+    out = np.empty((len(q), len(prepared_database)), dtype=np.int64)
+    block = max(1, MAX_KEY_ENTRIES // max(len(prepared_database), 1))
+    for start in range(0, len(q), block):
+        keys = rank_keys(q[start : start + block], prepared_database, space)
+        out[start : start + block] = np.argsort(keys, axis=1, kind="stable")
+    return out
+
+
+def score_retrieval(
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    database: np.ndarray,
+    database_labels: np.ndarray,
+    space: Space,
+    metrics: list[str],
+    anchors: ClassAnchors | None,
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """``({mode: {metric: value}}, extras)``: brute force always, two-stage when ``anchors`` exist.
+
+    ``extras`` holds ``brute_force_ms_per_query`` and, with anchors, ``two_stage_ms_per_query``,
+    ``speedup`` (brute / two-stage time) and ``stage1_accuracy``.
+    """
+    ks = cbir_cutoffs(metrics)
+    brute = brute_force_scores(queries, query_labels, database, database_labels, space, ks)
+    scores = {"brute_force": {m: nanmean(brute[m]) for m in metrics}}
+    prepared = prepare(database, space)
+    t0 = time.perf_counter()
+    brute_force_ranking(queries, prepared, space)
+    extras = {"brute_force_ms_per_query": 1000.0 * (time.perf_counter() - t0) / max(len(queries), 1)}
+    if anchors is not None:
+        two = TwoStageIndex.build(database, database_labels, anchors, space)
+        t0 = time.perf_counter()
+        result = two.search(queries)
+        extras["two_stage_ms_per_query"] = 1000.0 * (time.perf_counter() - t0) / max(len(queries), 1)
+        r = num_relevant_in_database(query_labels, database_labels)
+        hits = list_hits(query_labels, result.neighbours, database_labels)
+        values = score_hits(hits, r, len(database), ks)
+        scores["two_stage"] = {m: values[m] for m in metrics}
+        extras["stage1_accuracy"] = float(np.mean(result.predicted_class == query_labels))
+        extras["speedup"] = extras["brute_force_ms_per_query"] / max(extras["two_stage_ms_per_query"], 1e-12)
+    return scores, extras
+
+
+class CBIRRun(RepeatedRun):
+    """One (dataset, loss, budget, seed) run of the closed-set cbir protocol."""
+
+    MODES = (("brute_force", "Brute force"), ("two_stage", "Two-stage"))
+    EVAL_LABEL = "query"
+    OPTIMIZER = "adam"
+    SAMPLING = "pass"
+
+    def _validate_names(self, c: RunConfig) -> None:
+        super()._validate_names(c)
+        cbir_cutoffs(list(c.test.metrics))
+        if c.train.eval_every < c.train.max_epochs:
+            # Scoring earlier epochs could only select on the queries: the test data.
+            raise ConfigError(
+                f"train.eval_every ({c.train.eval_every}) must be >= train.max_epochs "
+                f"({c.train.max_epochs}) in the cbir protocol: no model selection on the queries."
+            )
+
+    def split(self) -> None:
+        s = closed_set_split(self.dataset.labels, seed=SPLIT_SEED, query_fraction=QUERY_FRACTION)
+        self.database_set: ImageDataset = self.dataset.take(s.database)
+        self.query_set: ImageDataset = self.dataset.take(s.queries)
+        self.split_info = {
+            "split": "closed set: a seeded quarter of each class's images are queries, the rest the database",
+            "query_fraction": QUERY_FRACTION,
+            "split_seed": SPLIT_SEED,
+            "split_fingerprint": s.fingerprint(),
+            "n_database_images": len(s.database),
+            "n_query_images": len(s.queries),
+        }
+
+    def run_rep(self, r: int) -> dict[str, Any]:
+        seed = derive_seed(self.request.seed, "cbir", r)
+        # eval_every = max_epochs: the single "validation" is of the final model, so nothing is selected.
+        result, model, loss_fn = train_with_loss(
+            config=self.config,
+            loss_name=self.loss_spec.name,
+            loss_params=self.params,
+            train=self.database_set,
+            val=self.query_set,
+            augment=self.augment,
+            seed=seed,
+            device=self.device,
+            on_epoch=self.on_epoch_status(r),
+            optimizer=self.OPTIMIZER,
+            sampling=self.SAMPLING,
+        )
+        db = embed_samples(model, self.database_set, self.device)
+        q = embed_samples(model, self.query_set, self.device)
+        if not (np.isfinite(db).all() and np.isfinite(q).all()):
+            raise TrainingDiverged(f"rep {r}: the trained model produced non-finite embeddings.")
+        anchors = loss_anchors(loss_fn, np.unique(self.database_set.labels))
+        scores, extras = score_retrieval(
+            q,
+            self.query_set.labels,
+            db,
+            self.database_set.labels,
+            self.loss_spec.embedding_space,
+            list(self.config.test.metrics),
+            anchors,
+        )
+        return {
+            "rep": r,
+            "seed": seed,
+            "scores": scores,
+            "retrieval": extras,
+            "epochs": result.epochs,
+            "n_anchors": None if anchors is None else len(anchors.classes),
+        }
+
+    def evaluate_untrained(self) -> dict[str, dict[str, float]]:
+        model = build_fold_model(self.config, self.query_set, derive_seed(self.request.seed, "untrained"))
+        model = model.to(self.device)
+        db = embed_samples(model, self.database_set, self.device)
+        q = embed_samples(model, self.query_set, self.device)
+        scores, _ = score_retrieval(
+            q,
+            self.query_set.labels,
+            db,
+            self.database_set.labels,
+            self.loss_spec.embedding_space,
+            list(self.config.test.metrics),
+            None,
+        )
+        return scores
+
+    def extra_per_rep(self) -> dict[str, list[float]]:
+        keys = ("brute_force_ms_per_query", "two_stage_ms_per_query", "speedup", "stage1_accuracy")
+        return {
+            k: [float(rep["retrieval"][k]) for rep in self.rep_results]
+            for k in keys
+            if all(k in rep["retrieval"] for rep in self.rep_results)
+        }
+
+    def record_extras(self) -> dict[str, Any]:
+        return {"two_stage": "two_stage" in self.rep_results[0]["scores"] if self.rep_results else False}
+
+    def notes(self) -> list[str]:
+        return [
+            "Closed-set retrieval: queries are held-out images of the training classes, the database "
+            "is the training images; two-stage = nearest class anchor, then that class's items only "
+            "(losses with class anchors)."
+        ]
+
+    def training_info(self) -> dict[str, Any]:
+        c = self.config.train
+        return {
+            "optimizer": self.OPTIMIZER,
+            "sampling": "random batches" if not self.loss_spec.pair_based else "m=4 per class",
+            "iters_per_epoch": iterations_per_epoch(
+                c.iters_per_epoch, len(self.database_set.labels), c.batch_size
+            ),
+            "epoch": "one pass over the training images"
+            if c.iters_per_epoch == 0
+            else f"{c.iters_per_epoch} iterations",
+            "loss_params": self.params,
+            "selection": "none (the model after the last epoch)",
+        }
+
+    def describe_rep(self, rep: dict[str, Any]) -> str:
+        parts = [f"brute-force mAP {rep['scores']['brute_force'].get('map', float('nan')):.4f}"]
+        if "two_stage" in rep["scores"]:
+            parts.append(
+                f"two-stage mAP {rep['scores']['two_stage'].get('map', float('nan')):.4f} "
+                f"({rep['retrieval']['speedup']:.1f}x faster)"
+            )
+        return ", ".join(parts)

@@ -1,0 +1,295 @@
+"""Protocols without a hyperparameter search: one fixed split, ``test.reps`` trainings, CIs.
+
+The ``traditional`` and ``cbir`` protocols (SPEC §2.5) share MLRC's steps (resolve, run
+directory, record, leaderboard) but replace search + fold-wise test stage by repetitions of one
+training with the loss's default hyperparameters (``--set loss.X=...`` fixes others). Each rep
+is one file in ``runs/.../reps/``, so re-running the command after an interruption redoes only
+unfinished reps. Training runs in this process (one rep after another).
+
+A record of these protocols has the MLRC record's top-level layout, without ``search``, and a
+``test`` section whose evaluation *modes* are the protocol's own (``test.modes``), e.g. ``test``
+for traditional, ``brute_force``/``two_stage`` for cbir; the leaderboard reads them from there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from benchmark.config import RunConfig, config_to_dict
+from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
+from benchmark.faults import kill_point
+from benchmark.io import read_json, write_json_atomic
+from benchmark.protocol.environment import environment_info
+from benchmark.protocol.runner import (
+    RECORD_SCHEMA,
+    MLRCRun,
+    RunResult,
+    _interval_dict,
+    cache_dir,
+    load_run_dataset,
+    validate_common,
+)
+
+#: Config sections a protocol without search does not read; setting them is an error, not a no-op.
+UNUSED_PREFIXES = ("search.", "space.")
+
+
+def unused_override(keys: list[str]) -> str | None:
+    """The first of ``keys`` (dotted ``--set`` keys) that a protocol without search ignores, or None."""
+    for key in keys:
+        if key.startswith(UNUSED_PREFIXES) or key in ("search", "space"):
+            return key
+    return None
+
+
+class RepeatedRun(MLRCRun):
+    """Base of the search-free protocols; subclasses define the split, one rep and the untrained row."""
+
+    #: (name, label) of each evaluation mode a rep reports metrics for.
+    MODES: tuple[tuple[str, str], ...] = ()
+    #: Whether the training selects its checkpoint on the test data (the traditional protocol's flaw).
+    SELECTION_ON_TEST = False
+    #: What the per-epoch MAP@R of the progress display is computed on.
+    EVAL_LABEL = "eval"
+
+    # -- step 1 ---------------------------------------------------------------------------------
+    def resolve(self) -> None:
+        """MLRC's resolution, refusing settings this protocol would silently ignore."""
+        req = self.request
+        bad = unused_override(sorted(req.overrides))
+        if bad is not None:
+            raise ConfigError(
+                f"Config key {bad!r} is not used by protocol {req.protocol!r}: it has no hyperparameter "
+                "search (loss hyperparameters are the loss defaults; fix one with --set loss.NAME=VALUE)."
+            )
+        if req.sampler is not None:
+            raise ConfigError(f"--sampler is not used by protocol {req.protocol!r}: it has no search.")
+        if req.workers != 1 or req.storage is not None:
+            raise ConfigError(f"--workers/--storage share a search; protocol {req.protocol!r} has none.")
+        if req.jobs > 1:
+            raise ConfigError(
+                f"--jobs runs MLRC folds in parallel; protocol {req.protocol!r} trains its repetitions "
+                "one after another in this process."
+            )
+        super().resolve()
+        self.params: dict[str, float] = self.loss_params()
+
+    def _validate_names(self, c: RunConfig) -> None:
+        positive = {
+            "train.batch_size": c.train.batch_size,
+            "train.max_epochs": c.train.max_epochs,
+            "train.eval_every": c.train.eval_every,
+            "train.patience": c.train.patience,
+            "test.reps": c.test.reps,
+            "model.embedding_dim": c.model.embedding_dim,
+            "data.image_size": c.data.image_size,
+        }
+        validate_common(c, positive)
+        if c.train.iters_per_epoch < 0:
+            raise ConfigError(
+                f"train.iters_per_epoch must be >= 0 (0 = one pass over the training images), "
+                f"got {c.train.iters_per_epoch}."
+            )
+        if c.protocol.n_folds != 1:
+            raise ConfigError(
+                f"protocol.n_folds must be 1 for protocol {c.protocol.name!r} (one fixed split), "
+                f"got {c.protocol.n_folds}."
+            )
+        if c.model.frozen_trunk:
+            raise ConfigError(
+                f"model.frozen_trunk = true is only supported by the mlrc protocol, not {c.protocol.name!r}."
+            )
+
+    def loss_params(self) -> dict[str, float]:
+        """The loss hyperparameters every rep trains with: defaults, then the user's fixed values."""
+        return {**self.loss_spec.defaults, **self.fixed_params}
+
+    # -- step 2/3 -------------------------------------------------------------------------------
+    def load_data(self) -> None:
+        self.dataset = load_run_dataset(self.config, cache_dir())
+        self.features = None
+        self.features_path = None
+        self.jobs = 1
+
+    #: What the split step tells the record (set by :meth:`split`).
+    split_info: dict[str, Any]
+
+    def split(self) -> None:
+        """Set the protocol's train/evaluation sets and ``self.split_info`` (for the record)."""
+        raise NotImplementedError
+
+    # -- step 5/6 -------------------------------------------------------------------------------
+    def search(self) -> None:
+        """No search: the loss hyperparameters are fixed."""
+
+    def test_stage(self) -> None:
+        """``test.reps`` trainings; finished reps are files in ``runs/.../reps/`` and are reused."""
+        reps = self.config.test.reps
+        self.progress.total = reps
+        self.rep_results: list[dict[str, Any]] = []
+        for r in range(reps):
+            path = self.run_dir / "reps" / f"rep{r}.json"
+            if path.exists():
+                self.rep_results.append(read_json(path))
+                self.progress.skip(1)
+                continue
+            t0 = time.perf_counter()
+            try:
+                rep = self.run_rep(r)
+            except TrainingDiverged as exc:
+                # Unlike a search trial, a repetition cannot be scored as failed and skipped: the CI needs it.
+                raise DmlbenchError(
+                    f"Repetition {r} diverged ({exc}) with loss parameters {self.params}; "
+                    "fix another value with --set loss.NAME=VALUE."
+                ) from exc
+            rep["wall_s"] = round(time.perf_counter() - t0, 3)
+            write_json_atomic(path, rep)
+            kill_point(f"test.rep_saved:{r}")
+            self.rep_results.append(rep)
+            self.progress.fold_finished(rep["wall_s"])
+            self.progress.status(f"rep {r + 1}/{reps} done: {self.describe_rep(rep)}", persistent=True)
+
+    def run_rep(self, r: int) -> dict[str, Any]:
+        """One training and its evaluation: ``{"rep": r, "scores": {mode: {metric: value}}, ...}``."""
+        raise NotImplementedError
+
+    def describe_rep(self, rep: dict[str, Any]) -> str:
+        """One line of a rep's main results for the progress display."""
+        mode = self.MODES[0][0]
+        return ", ".join(f"{m} {v:.4f}" for m, v in rep["scores"][mode].items())
+
+    def on_epoch_status(self, r: int) -> Any:
+        """A per-epoch progress callback for rep ``r``."""
+        reps = self.config.test.reps
+
+        def cb(epoch: int, value: float, best: float) -> None:
+            self.progress.status(
+                f"rep {r + 1}/{reps} epoch {epoch}/{self.config.train.max_epochs} "
+                f"{self.EVAL_LABEL} MAP@R {value:.4f} (best {best:.4f})"
+            )
+
+        return cb
+
+    # -- step 7 ---------------------------------------------------------------------------------
+    def untrained(self) -> None:
+        """The reference row of the model before training (evaluated once)."""
+        path = self.run_dir / "untrained.json"
+        if path.exists():
+            self.untrained_result = read_json(path)
+            return
+        self.untrained_result = self.evaluate_untrained()
+        write_json_atomic(path, self.untrained_result)
+
+    def evaluate_untrained(self) -> dict[str, dict[str, float]]:
+        """``{mode: {metric: value}}`` of the untrained model."""
+        raise NotImplementedError
+
+    # -- step 8 ---------------------------------------------------------------------------------
+    def extra_per_rep(self) -> dict[str, list[float]]:
+        """Further per-rep quantities summarised with a CI (e.g. epochs to best, time per query)."""
+        return {}
+
+    def record_extras(self) -> dict[str, Any]:
+        """Protocol-specific top-level record entries."""
+        return {}
+
+    def notes(self) -> list[str]:
+        """Sentences the leaderboard prints under the table (protocol caveats)."""
+        return []
+
+    def build_record(self) -> dict[str, Any]:
+        c, req = self.config, self.request
+        metrics = list(c.test.metrics)
+        modes = [m for m, _ in self.MODES if all(m in rep["scores"] for rep in self.rep_results)]
+        per_rep = {
+            mode: {m: [rep["scores"][mode][m] for rep in self.rep_results] for m in metrics} for mode in modes
+        }
+        summary = {
+            mode: {m: _interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics} for mode in modes
+        }
+        extra = self.extra_per_rep()
+        return {
+            "schema": RECORD_SCHEMA,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "protocol": req.protocol,
+            "dataset": c.data.dataset,
+            "loss": self.loss_spec.name,
+            "loss_display_name": self.loss_spec.display_name,
+            "embedding_space": self.loss_spec.embedding_space,
+            "budget": req.budget,
+            "seed": req.seed,
+            "run_dir": str(self.run_dir),
+            "config": config_to_dict(c),
+            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            "selection_on_test": self.SELECTION_ON_TEST,
+            "notes": self.notes(),
+            "data": {
+                "dataset_fingerprint": self.dataset.fingerprint(),
+                "n_images": len(self.dataset.labels),
+                "n_classes": len(self.dataset.classes()),
+                **self.split_info,
+            },
+            "environment": environment_info(self.device),
+            "training": self.training_info(),
+            "test": {
+                "reps": c.test.reps,
+                "metrics": metrics,
+                "modes": modes,
+                "mode_labels": {m: label for m, label in self.MODES if m in modes},
+                "per_rep": per_rep,
+                "summary": summary,
+                "extra_per_rep": extra,
+                "extra_summary": {k: _interval_dict(v, c.test.confidence) for k, v in extra.items()},
+                "rep_details": self.rep_results,
+            },
+            "untrained": self.untrained_result,
+            **self.record_extras(),
+            "timings_s": self.watch.timings,
+            "execution": {
+                "jobs": 1,
+                "device": str(self.device),
+                "torch_threads": torch.get_num_threads(),
+            },
+        }
+
+    def training_info(self) -> dict[str, Any]:
+        """How every rep trains (optimiser, batching, loss hyperparameters)."""
+        return {"loss_params": self.params}
+
+    def update_leaderboard(self) -> None:
+        from benchmark.report.tables import write_tables
+
+        results, dataset, protocol = self.request.results_dir, self.config.data.dataset, self.request.protocol
+        self.leaderboard_paths = write_tables(results, dataset, protocol)
+        kill_point("report.tables")
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Execute every step in order (finished reps are reused)."""
+        t0 = time.perf_counter()
+        self.resolve()
+        with self.watch.time("data"):
+            self.load_data()
+            self.split()
+        self.prepare_run_dir()
+        for d in self.deviations:
+            self.progress.message(f"deviation from paper: {d.describe()}")
+        with self.watch.time("test"):
+            self.test_stage()
+            self.untrained()
+        self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
+        self.write_record()
+        self.update_leaderboard()
+        return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
+
+
+def scores_by_mode(
+    values: Mapping[str, Mapping[str, float]], metrics: list[str]
+) -> dict[str, dict[str, float]]:
+    """``values`` restricted to ``metrics`` in each mode, as plain floats (JSON-ready)."""
+    return {mode: {m: float(v[m]) for m in metrics} for mode, v in values.items()}
