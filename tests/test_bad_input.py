@@ -55,6 +55,18 @@ CASES = {
         ["--loss", "mfcont", "--dataset", "cub200", "--data-dir", "/nonexistent/cub"],
         ["/nonexistent/cub", "images.txt"],
     ),
+    "pretrained without weights": (
+        ["--loss", "mfcont", "--budget", "paper"],
+        ["model.pretrained = true", "bninception", "--trunk-weights PATH"],
+    ),
+    "weights file missing": (
+        ["--loss", "mfcont", "--trunk-weights", "/nonexistent/bn.pth", "--set", "model.pretrained=true"],
+        ["no such file", "/nonexistent/bn.pth"],
+    ),
+    "unknown timm model": (
+        ["--loss", "mfcont", "--set", "model.trunk=timm:resnet10tt"],
+        ["timm has no model 'resnet10tt'", "resnet10t"],
+    ),
     "too few classes for 4 folds": (
         ["--loss", "mfcont", "--set", "data.max_classes=5"],
         ["has 5 classes", "needs at least 8"],

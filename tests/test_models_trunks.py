@@ -56,3 +56,49 @@ def test_weights_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     torch.save(src.trunk.state_dict(), path)
     dst = build_model("resnet18", 3, 8, pretrained=True, weights_path=str(path), seed=2)
     assert torch.equal(src.trunk.conv1.weight, dst.trunk.conv1.weight)
+
+
+def test_googlenet_loads_torchvision_weights_with_aux_classifiers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import torchvision
+
+    # The layout of torchvision's ImageNet checkpoint: aux1/aux2 and fc are not part of the trunk.
+    src = torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=True)
+    path = tmp_path / "googlenet.pth"
+    torch.save(src.state_dict(), path)
+    dst = build_model("googlenet", 3, 8, pretrained=True, weights_path=str(path), seed=0)
+    assert torch.equal(src.inception5b.branch1.conv.weight, dst.trunk.inception5b.branch1.conv.weight)
+    gray = build_model("googlenet", 1, 8, pretrained=True, weights_path=str(path), seed=0)
+    assert torch.allclose(gray.trunk.conv1.conv.weight, src.conv1.conv.weight.mean(dim=1, keepdim=True))
+
+
+def test_timm_trunk_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    timm = pytest.importorskip("timm", reason="optional extra dmlbench[timm] not installed")
+    model = build_model("timm:resnet10t", 1, 16, pretrained=False, weights_path="", seed=0)
+    assert model(torch.randn(2, 1, 64, 64)).shape == (2, 16)
+    # A checkpoint with its classifier head (as timm/HF ship them) loads into the headless trunk.
+    src = timm.create_model("resnet10t", pretrained=False, num_classes=10)
+    path = tmp_path / "resnet10t.pth"
+    torch.save(src.state_dict(), path)
+    dst = build_model("timm:resnet10t", 3, 16, pretrained=True, weights_path=str(path), seed=1)
+    assert torch.equal(src.layer4[0].conv1.weight, dst.trunk.layer4[0].conv1.weight)
+
+
+def test_unknown_timm_model_is_a_config_error() -> None:
+    pytest.importorskip("timm", reason="optional extra dmlbench[timm] not installed")
+    with pytest.raises(ConfigError, match=r"timm has no model 'resnet10tt'.*similar: .*resnet10t"):
+        build_model("timm:resnet10tt", 3, 8, pretrained=False, weights_path="", seed=0)
+
+
+def test_timm_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_timm(name: str, *args: object, **kwargs: object) -> object:
+        if name == "timm":
+            raise ImportError("No module named 'timm'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_timm)
+    with pytest.raises(ConfigError, match=r"pip install 'dmlbench\[timm\]'"):
+        build_model("timm:resnet18", 3, 8, pretrained=False, weights_path="", seed=0)

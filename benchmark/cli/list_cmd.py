@@ -63,7 +63,9 @@ def _budgets() -> list[str]:
 
 
 def _trunks() -> list[str]:
-    return [f"{n:12s} {s.description}" for n, s in TRUNKS.items()]
+    return [f"{n:12s} {s.description}" for n, s in TRUNKS.items()] + [
+        "timm:NAME    any timm model by name (optional extra: pip install 'dmlbench[timm]')"
+    ]
 
 
 def _metrics() -> list[str]:

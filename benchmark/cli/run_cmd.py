@@ -63,12 +63,22 @@ def add_parser(sub: Any) -> None:
         help="with --storage: heartbeat interval of a running trial; a trial silent for twice this is "
         f"failed and retried with the same parameters (default {DEFAULT_HEARTBEAT_S})",
     )
+    p.add_argument(
+        "--trunk-weights",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="local state dict of the trunk's pretrained weights (same as --set model.trunk_weights=PATH; "
+        "weights are never downloaded)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     overrides = dict(parse_set_option(item) for item in args.overrides)
+    if args.trunk_weights is not None:
+        overrides["model.trunk_weights"] = str(args.trunk_weights.expanduser().resolve())
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}.")
     if args.heartbeat < 1:

@@ -31,7 +31,7 @@ from benchmark.config import RunConfig
 from benchmark.data.augment import eval_batch
 from benchmark.data.base import ImageDataset
 from benchmark.errors import ConfigError, DataError
-from benchmark.models.trunks import TRUNKS, build_model
+from benchmark.models.trunks import build_model, trunk_spec
 
 # Bump when the stored layout or the way features are computed changes: old entries then miss.
 FEATURE_CACHE_VERSION = 1
@@ -158,7 +158,7 @@ def load_or_compute_features(
     """The run's feature set, from the cache or computed and stored; also its path and whether it hit."""
     key = feature_key(
         dataset_fingerprint=dataset.fingerprint(),
-        trunk=TRUNKS.get(config.model.trunk).name,
+        trunk=trunk_spec(config.model.trunk).name,
         weights=weights_identity(config, trunk_seed),
         image_size=config.data.image_size,
     )

@@ -7,6 +7,7 @@ error, never a silent random init.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,56 @@ def _torchvision_resnet(arch: str) -> Callable[[int], tuple[nn.Module, int]]:
     return build
 
 
+def _torchvision_googlenet(in_channels: int) -> tuple[nn.Module, int]:
+    import torchvision
+
+    # No auxiliary classifiers: they only serve ImageNet training; their weights are skipped on load.
+    net = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=True)
+    if in_channels != 3:
+        net.conv1.conv = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    out_dim = int(net.fc.in_features)
+    net.fc = nn.Identity()
+    return net, out_dim
+
+
+TIMM_PREFIX = "timm:"
+
+
+def _timm_trunk(model_name: str) -> Callable[[int], tuple[nn.Module, int]]:
+    def build(in_channels: int) -> tuple[nn.Module, int]:
+        timm = _import_timm(model_name)
+        # num_classes=0: timm's pooled-feature output; weights only ever from model.trunk_weights.
+        net = timm.create_model(model_name, pretrained=False, num_classes=0, in_chans=in_channels)
+        return net, int(net.num_features)
+
+    return build
+
+
+def _import_timm(model_name: str):  # type: ignore[no-untyped-def]
+    try:
+        import timm
+    except ImportError as exc:
+        raise ConfigError(
+            f"model.trunk = '{TIMM_PREFIX}{model_name}' needs the optional timm package: "
+            "pip install 'dmlbench[timm]'."
+        ) from exc
+    if not timm.is_model(model_name):
+        close = difflib.get_close_matches(model_name, timm.list_models(), n=5, cutoff=0.7)
+        raise ConfigError(
+            f"timm has no model {model_name!r}" + (f"; similar: {', '.join(close)}." if close else ".")
+        )
+    return timm
+
+
+def trunk_spec(name: str) -> TrunkSpec:
+    """The registered trunk ``name``, or ``timm:<model>`` for any timm model (optional extra)."""
+    if name.startswith(TIMM_PREFIX):
+        model_name = name[len(TIMM_PREFIX) :]
+        _import_timm(model_name)
+        return TrunkSpec(name, f"timm model {model_name}", _timm_trunk(model_name), True)
+    return TRUNKS.get(name)
+
+
 TRUNKS.register(
     "smallcnn",
     TrunkSpec(
@@ -87,6 +138,10 @@ TRUNKS.register(
     "resnet50",
     TrunkSpec("resnet50", "torchvision ResNet-50 (2048-d)", _torchvision_resnet("resnet50"), True),
 )
+TRUNKS.register(
+    "googlenet",
+    TrunkSpec("googlenet", "torchvision GoogLeNet / Inception v1 (1024-d)", _torchvision_googlenet, True),
+)
 
 
 def load_trunk_weights(trunk: nn.Module, path: Path) -> None:
@@ -97,7 +152,9 @@ def load_trunk_weights(trunk: nn.Module, path: Path) -> None:
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     own = trunk.state_dict()
-    filtered = {k: v for k, v in state.items() if not k.startswith(("fc.", "last_linear."))}
+    # Classifier heads (and GoogLeNet's auxiliary classifiers) are not part of a trunk.
+    skip = ("fc.", "last_linear.", "aux1.", "aux2.", "head.", "classifier.")
+    filtered = {k: v for k, v in state.items() if not (k.startswith(skip) and k not in own)}
     for k, v in list(filtered.items()):
         if k in own and own[k].shape != v.shape and v.ndim == 4 and own[k].shape[1] == 1:
             filtered[k] = v.mean(dim=1, keepdim=True)  # RGB first conv -> grayscale
@@ -131,7 +188,7 @@ def build_model(
     seed: int,
 ) -> EmbeddingModel:
     """Build trunk + embedder with parameters drawn from ``seed`` (weights file loaded if pretrained)."""
-    spec = TRUNKS.get(trunk_name)
+    spec = trunk_spec(trunk_name)
     if pretrained and not weights_path:
         raise ConfigError(
             f"model.pretrained = true for trunk {trunk_name!r} but no model.trunk_weights file was given; "

@@ -45,7 +45,7 @@ from benchmark.io import read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
-from benchmark.models.trunks import TRUNKS
+from benchmark.models.trunks import trunk_spec
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
@@ -756,7 +756,14 @@ class MLRCRun:
 def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
     DATASETS.get(c.data.dataset)
-    TRUNKS.get(c.model.trunk)
+    trunk_spec(c.model.trunk)
+    if c.model.pretrained and not c.model.trunk_weights:
+        raise ConfigError(
+            f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given; weights "
+            "are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
+        )
+    if c.model.trunk_weights and not Path(c.model.trunk_weights).expanduser().is_file():
+        raise ConfigError(f"--trunk-weights / model.trunk_weights: no such file {c.model.trunk_weights!r}.")
     SAMPLERS.get(c.search.sampler)
     for m in c.test.metrics:
         METRICS.get(m)
