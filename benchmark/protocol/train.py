@@ -20,7 +20,6 @@ from torch import nn
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
-from benchmark.data.base import ImageDataset
 from benchmark.data.sampler import MPerClassSampler, PassSampler
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext, build_loss
@@ -71,7 +70,9 @@ def embed(model: nn.Module, images: torch.Tensor, device: torch.device, batch_si
 
 def embed_samples(model: nn.Module, data: Samples, device: torch.device, batch_size: int = 512) -> np.ndarray:
     """Embeddings (N, D) of a fold's images, or of its cached trunk features in frozen-trunk mode."""
-    if isinstance(data, ImageDataset):
+    # Images in memory or decoded lazily from disk (standard datasets) both index like a tensor;
+    # only cached features skip the trunk.
+    if not isinstance(data, FeatureDataset):
         return embed(model, data.images, device, batch_size)
     with torch.no_grad():
         model.eval()
