@@ -50,7 +50,7 @@ from benchmark.metrics.two_stage import (
 )
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import build_fold_model, embed_samples, iterations_per_epoch, train_with_loss
+from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
 QUERY_FRACTION = 0.25
 SPLIT_SEED = 0
@@ -132,6 +132,7 @@ class CBIRRun(RepeatedRun):
     MODES = (("brute_force", "Brute force"), ("two_stage", "Two-stage"))
     EVAL_LABEL = "query"
     OPTIMIZER = "adam"
+    SELECTION = "none (the model after the last epoch)"
     SAMPLING = "pass"
 
     def _validate_names(self, c: RunConfig) -> None:
@@ -230,20 +231,8 @@ class CBIRRun(RepeatedRun):
             "(losses with class anchors)."
         ]
 
-    def training_info(self) -> dict[str, Any]:
-        c = self.config.train
-        return {
-            "optimizer": self.OPTIMIZER,
-            "sampling": "random batches" if not self.loss_spec.pair_based else "m=4 per class",
-            "iters_per_epoch": iterations_per_epoch(
-                c.iters_per_epoch, len(self.database_set.labels), c.batch_size
-            ),
-            "epoch": "one pass over the training images"
-            if c.iters_per_epoch == 0
-            else f"{c.iters_per_epoch} iterations",
-            "loss_params": self.params,
-            "selection": "none (the model after the last epoch)",
-        }
+    def training_set_size(self) -> int:
+        return len(self.database_set.labels)
 
     def describe_rep(self, rep: dict[str, Any]) -> str:
         parts = [f"brute-force mAP {rep['scores']['brute_force'].get('map', float('nan')):.4f}"]

@@ -13,20 +13,18 @@ for traditional, ``brute_force``/``two_stage`` for cbir; the leaderboard reads t
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from benchmark.config import RunConfig, config_to_dict
+from benchmark.config import RunConfig
 from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.runner import (
-    RECORD_SCHEMA,
     MLRCRun,
     RunResult,
     _interval_dict,
@@ -34,6 +32,7 @@ from benchmark.protocol.runner import (
     load_run_dataset,
     validate_common,
 )
+from benchmark.protocol.train import iterations_per_epoch
 
 #: Config sections a protocol without search does not read; setting them is an error, not a no-op.
 UNUSED_PREFIXES = ("search.", "space.")
@@ -203,7 +202,7 @@ class RepeatedRun(MLRCRun):
         return []
 
     def build_record(self) -> dict[str, Any]:
-        c, req = self.config, self.request
+        c = self.config
         metrics = list(c.test.metrics)
         modes = [m for m, _ in self.MODES if all(m in rep["scores"] for rep in self.rep_results)]
         per_rep = {
@@ -214,18 +213,7 @@ class RepeatedRun(MLRCRun):
         }
         extra = self.extra_per_rep()
         return {
-            "schema": RECORD_SCHEMA,
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "protocol": req.protocol,
-            "dataset": c.data.dataset,
-            "loss": self.loss_spec.name,
-            "loss_display_name": self.loss_spec.display_name,
-            "embedding_space": self.loss_spec.embedding_space,
-            "budget": req.budget,
-            "seed": req.seed,
-            "run_dir": str(self.run_dir),
-            "config": config_to_dict(c),
-            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            **self.record_header(),
             "selection_on_test": self.SELECTION_ON_TEST,
             "notes": self.notes(),
             "data": {
@@ -257,9 +245,30 @@ class RepeatedRun(MLRCRun):
             },
         }
 
+    #: Optimiser of the trunk, embedder and loss parameters (see train.OPTIMIZERS).
+    OPTIMIZER = "rmsprop"
+    #: How the checkpoint a rep reports is chosen (for the record).
+    SELECTION = ""
+
+    def training_set_size(self) -> int:
+        """Images one epoch passes over (an epoch is a dataset pass when iters_per_epoch = 0)."""
+        raise NotImplementedError
+
     def training_info(self) -> dict[str, Any]:
-        """How every rep trains (optimiser, batching, loss hyperparameters)."""
-        return {"loss_params": self.params}
+        """How every rep trains (optimiser, batching, loss hyperparameters, checkpoint selection)."""
+        c = self.config.train
+        return {
+            "optimizer": self.OPTIMIZER,
+            "sampling": "random batches" if not self.loss_spec.pair_based else "m=4 per class",
+            "iters_per_epoch": iterations_per_epoch(
+                c.iters_per_epoch, self.training_set_size(), c.batch_size
+            ),
+            "epoch": "one pass over the training images"
+            if c.iters_per_epoch == 0
+            else f"{c.iters_per_epoch} iterations",
+            "loss_params": self.params,
+            "selection": self.SELECTION,
+        }
 
     def update_leaderboard(self) -> None:
         from benchmark.report.tables import write_tables

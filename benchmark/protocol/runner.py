@@ -618,8 +618,26 @@ class MLRCRun:
         write_json_atomic(path, self.untrained_result)
 
     # -- step 8 ---------------------------------------------------------------------------------
-    def build_record(self) -> dict[str, Any]:
+    def record_header(self) -> dict[str, Any]:
+        """The fields every protocol's record starts with: schema, identity, config, deviations."""
         c, req = self.config, self.request
+        return {
+            "schema": RECORD_SCHEMA,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "protocol": req.protocol,
+            "dataset": c.data.dataset,
+            "loss": self.loss_spec.name,
+            "loss_display_name": self.loss_spec.display_name,
+            "embedding_space": self.loss_spec.embedding_space,
+            "budget": req.budget,
+            "seed": req.seed,
+            "run_dir": str(self.run_dir),
+            "config": config_to_dict(c),
+            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+        }
+
+    def build_record(self) -> dict[str, Any]:
+        c = self.config
         metrics = list(c.test.metrics)
         per_rep = {
             mode: {m: [rep[mode][m] for rep in self.rep_results] for m in metrics}
@@ -646,18 +664,7 @@ class MLRCRun:
                 }
             )
         return {
-            "schema": RECORD_SCHEMA,
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "protocol": req.protocol,
-            "dataset": c.data.dataset,
-            "loss": self.loss_spec.name,
-            "loss_display_name": self.loss_spec.display_name,
-            "embedding_space": self.loss_spec.embedding_space,
-            "budget": req.budget,
-            "seed": req.seed,
-            "run_dir": str(self.run_dir),
-            "config": config_to_dict(c),
-            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            **self.record_header(),
             "data": {
                 "dataset_fingerprint": self.dataset.fingerprint(),
                 "n_images": len(self.dataset.labels),

@@ -32,7 +32,7 @@ from benchmark.errors import DataError, TrainingDiverged
 from benchmark.metrics import evaluate
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import build_fold_model, embed_samples, iterations_per_epoch, train_with_loss
+from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
 #: AdamW learning rates of the loss's own parameters (SPEC §2.5).
 PROXY_PARAM_LR = 1e-2
@@ -75,6 +75,7 @@ class TraditionalRun(RepeatedRun):
     SELECTION_ON_TEST = True
     EVAL_LABEL = "test"
     OPTIMIZER = "adamw"
+    SELECTION = "early stopping on test MAP@R"
     SAMPLING = "pass"
 
     def loss_params(self) -> dict[str, float]:
@@ -149,20 +150,8 @@ class TraditionalRun(RepeatedRun):
             "these numbers are optimistic and not comparable with MLRC's."
         ]
 
-    def training_info(self) -> dict[str, Any]:
-        c = self.config.train
-        return {
-            "optimizer": self.OPTIMIZER,
-            "sampling": "random batches" if not self.loss_spec.pair_based else "m=4 per class",
-            "iters_per_epoch": iterations_per_epoch(
-                c.iters_per_epoch, len(self.train_set.labels), c.batch_size
-            ),
-            "epoch": "one pass over the training images"
-            if c.iters_per_epoch == 0
-            else f"{c.iters_per_epoch} iterations",
-            "loss_params": self.params,
-            "selection": "early stopping on test MAP@R",
-        }
+    def training_set_size(self) -> int:
+        return len(self.train_set.labels)
 
     def describe_rep(self, rep: dict[str, Any]) -> str:
         s = rep["scores"]["test"]
