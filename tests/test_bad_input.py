@@ -124,3 +124,45 @@ def test_run_dir_of_another_configuration_is_refused(
     assert code == 2
     assert "belongs to a different configuration" in err and "config.train.lr" in err
     assert not (run.run_dir / "study.journal").exists()
+
+
+def test_pretrained_weights_come_from_the_torch_hub_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from benchmark.errors import ConfigError
+    from benchmark.models.trunks import build_model
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    request = RunRequest(
+        loss="contrastive",
+        budget="smoke",
+        quiet=True,
+        overrides={"model.trunk": "resnet18", "model.pretrained": True},
+    )
+    # Not in the cache: an error naming the file and where it was looked for, never a download.
+    with pytest.raises(ConfigError, match=r"resnet18-f37072fd\.pth is in .*torch/hub/checkpoints"):
+        MLRCRun(request).resolve()
+    # In the cache (where torchvision puts its download): used, and recorded in the config.
+    weights = tmp_path / "torch" / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
+    weights.parent.mkdir(parents=True)
+    torch.save(
+        build_model("resnet18", 3, 8, pretrained=False, weights_path="", seed=5).trunk.state_dict(), weights
+    )
+    run = MLRCRun(request)
+    run.resolve()
+    assert run.config.model.trunk_weights == str(weights)
+    # An explicit --trunk-weights file wins over the cache.
+    other = tmp_path / "mine.pth"
+    other.write_bytes(weights.read_bytes())
+    explicit = MLRCRun(
+        RunRequest(
+            loss="contrastive",
+            budget="smoke",
+            quiet=True,
+            overrides={**request.overrides, "model.trunk_weights": str(other)},
+        )
+    )
+    explicit.resolve()
+    assert explicit.config.model.trunk_weights == str(other)

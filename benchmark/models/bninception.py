@@ -207,4 +207,5 @@ BNINCEPTION_SPEC = TrunkSpec(
     "BN-Inception / Inception v2 (1024-d), the MLRC trunk; loads Cadene's bn_inception-52deb4733.pth",
     build_bninception,
     True,
+    ("bn_inception-52deb4733.pth",),
 )

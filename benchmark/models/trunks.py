@@ -27,6 +27,23 @@ class TrunkSpec:
     description: str
     build: Callable[[int], tuple[nn.Module, int]]  # in_channels -> (module, feature dim)
     has_public_weights: bool
+    # File names the public ImageNet weights have in the torch hub cache (torch.hub.get_dir()),
+    # where torchvision / pretrainedmodels put them when they download them.
+    cache_files: tuple[str, ...] = ()
+
+
+def hub_checkpoint_dir() -> Path:
+    """Where torch keeps downloaded checkpoints (``$TORCH_HOME/hub/checkpoints``)."""
+    return Path(torch.hub.get_dir()) / "checkpoints"
+
+
+def cached_weights(spec: TrunkSpec) -> Path | None:
+    """The trunk's public weights if a file of theirs is already in the torch hub cache."""
+    for name in spec.cache_files:
+        path = hub_checkpoint_dir() / name
+        if path.is_file():
+            return path
+    return None
 
 
 TRUNKS: Registry[TrunkSpec] = Registry("trunk")
@@ -132,15 +149,33 @@ TRUNKS.register(
 )
 TRUNKS.register(
     "resnet18",
-    TrunkSpec("resnet18", "torchvision ResNet-18 (512-d)", _torchvision_resnet("resnet18"), True),
+    TrunkSpec(
+        "resnet18",
+        "torchvision ResNet-18 (512-d)",
+        _torchvision_resnet("resnet18"),
+        True,
+        ("resnet18-f37072fd.pth",),
+    ),
 )
 TRUNKS.register(
     "resnet50",
-    TrunkSpec("resnet50", "torchvision ResNet-50 (2048-d)", _torchvision_resnet("resnet50"), True),
+    TrunkSpec(
+        "resnet50",
+        "torchvision ResNet-50 (2048-d)",
+        _torchvision_resnet("resnet50"),
+        True,
+        ("resnet50-11ad3fa6.pth", "resnet50-0676ba61.pth"),
+    ),
 )
 TRUNKS.register(
     "googlenet",
-    TrunkSpec("googlenet", "torchvision GoogLeNet / Inception v1 (1024-d)", _torchvision_googlenet, True),
+    TrunkSpec(
+        "googlenet",
+        "torchvision GoogLeNet / Inception v1 (1024-d)",
+        _torchvision_googlenet,
+        True,
+        ("googlenet-1378be20.pth",),
+    ),
 )
 
 
