@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 import pytest
+from cli_helpers import dmlbench
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -22,17 +23,6 @@ from optuna.trial import TrialState
 pytestmark = pytest.mark.slow
 
 SMOKE = ["--budget", "smoke", "--quiet"]
-
-
-def dmlbench(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmark.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
 
 
 def load_record(results: Path, loss: str = "mfcont", budget: str = "smoke") -> dict[str, Any]:

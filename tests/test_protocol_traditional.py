@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_helpers import dmlbench
 
 from benchmark.budgets import BUDGETS
 from benchmark.data.sampler import PassSampler
@@ -97,17 +95,6 @@ def test_runner_dispatch_by_protocol_name() -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------
-
-
-def dmlbench(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmark.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
 
 
 def run_args(root: Path, loss: str = "proxyanchor") -> list[str]:

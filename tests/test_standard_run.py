@@ -7,12 +7,11 @@ Regression test: the trainer once accepted only in-memory image tensors, so any 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import dmlbench
 from PIL import Image
 
 
@@ -49,11 +48,10 @@ def test_smoke_run_on_a_lazy_on_disk_dataset(tmp_path: Path, protocol: str) -> N
     mlrc = ["--set", "search.n_trials=2", "--set", "search.n_startup_trials=1"]
     mlrc += ["--set", "train.batch_size=12"]
     extra = mlrc if protocol == "mlrc" else []
-    cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--protocol", protocol, "--loss", "proxyanchor"]
-    cmd += ["--budget", "smoke", "--dataset", "cub200", "--data-dir", str(cub), "--quiet", "--jobs", "1"]
-    cmd += ["--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), *extra]
-    env = {"DMLBENCH_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**_base_env(), **env})
+    args = ["run", "--protocol", protocol, "--loss", "proxyanchor", "--budget", "smoke", "--quiet"]
+    args += ["--dataset", "cub200", "--data-dir", str(cub), "--jobs", "1"]
+    args += ["--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), *extra]
+    proc = dmlbench(*args, cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = list((tmp_path / "results" / "cub200" / protocol / "records").glob("*.json"))
     assert len(records) == 1
@@ -61,9 +59,3 @@ def test_smoke_run_on_a_lazy_on_disk_dataset(tmp_path: Path, protocol: str) -> N
     assert rec["dataset"] == "cub200" and rec["data"]
     first_mode = next(iter(rec["test"]["summary"].values()))
     assert all(np.isfinite(v["mean"]) for v in first_mode.values())
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
