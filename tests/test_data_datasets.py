@@ -192,3 +192,13 @@ def test_folder_errors(tmp_path: Path, cache_dir: Path) -> None:
     (tmp_path / "a" / "broken.png").write_bytes(b"not a png")
     with pytest.raises(DataError, match=r"broken\.png"):
         load_dataset("folder", DatasetOptions(tmp_path, 8, cache_dir))
+
+
+def test_rows_of_classes_keeps_order_and_names_missing_classes() -> None:
+    from benchmark.data.base import rows_of_classes
+
+    labels = np.array([3, 1, 3, 2, 1])
+    assert rows_of_classes(labels, [1, 3], "Dataset 'x'").tolist() == [0, 1, 2, 4]
+    assert rows_of_classes(labels, [], "Dataset 'x'").tolist() == []
+    with pytest.raises(DataError, match=r"Dataset 'x' has no class\(es\) \[7\]; it has 3 classes"):
+        rows_of_classes(labels, [2, 7], "Dataset 'x'")

@@ -22,6 +22,19 @@ MIN_IMAGE_SIZE = 8
 
 # eq=False: the generated __eq__/__hash__ would compare arrays element-wise and fail; a dataset's
 # identity for records is its fingerprint().
+def rows_of_classes(labels: np.ndarray, class_ids: Sequence[int], what: str) -> np.ndarray:
+    """Indices (ascending) of the rows of ``labels`` in ``class_ids``; an absent class is a DataError
+    naming ``what`` (e.g. "Dataset 'cub200'")."""
+    wanted = np.asarray(list(class_ids), dtype=np.int64)
+    unknown = np.setdiff1d(wanted, labels)
+    if unknown.size:
+        raise DataError(
+            f"{what} has no class(es) {unknown[:10].tolist()}{' ...' if unknown.size > 10 else ''}; "
+            f"it has {np.unique(labels).size} classes."
+        )
+    return np.flatnonzero(np.isin(labels, wanted))
+
+
 @dataclass(frozen=True, eq=False)
 class ImageDataset:
     """A labelled image set held in memory.
@@ -42,20 +55,12 @@ class ImageDataset:
 
     def subset(self, class_ids: Sequence[int]) -> ImageDataset:
         """The images of the given classes only, in their original order."""
-        wanted = np.asarray(list(class_ids), dtype=np.int64)
-        unknown = np.setdiff1d(wanted, self.labels)
-        if unknown.size:
-            raise DataError(
-                f"Dataset {self.name!r} has no class(es) {unknown[:10].tolist()}"
-                f"{' ...' if unknown.size > 10 else ''}; it has {self.classes().size} classes."
-            )
-        mask = np.isin(self.labels, wanted)
-        index = torch.from_numpy(np.flatnonzero(mask))
-        kept = set(wanted.tolist())
+        rows = rows_of_classes(self.labels, class_ids, f"Dataset {self.name!r}")
+        kept = set(int(c) for c in class_ids)
         return ImageDataset(
             name=self.name,
-            images=self.images[index],
-            labels=self.labels[mask].copy(),
+            images=self.images[torch.from_numpy(rows)],
+            labels=self.labels[rows].copy(),
             class_names={c: n for c, n in self.class_names.items() if c in kept},
         )
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
-from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset
+from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, rows_of_classes
 from benchmark.errors import DataError
 from benchmark.registry import Registry
 
@@ -120,14 +120,7 @@ class LazyImageDataset:
 
     def subset(self, class_ids: Sequence[int]) -> LazyImageDataset:
         """The images of the given classes only, in their original order."""
-        wanted = np.asarray(list(class_ids), dtype=np.int64)
-        unknown = np.setdiff1d(wanted, self.labels)
-        if unknown.size:
-            raise DataError(
-                f"Dataset {self.name!r} has no class(es) {unknown[:10].tolist()}"
-                f"{' ...' if unknown.size > 10 else ''}; it has {self.classes().size} classes."
-            )
-        return self.take(np.flatnonzero(np.isin(self.labels, wanted)))
+        return self.take(rows_of_classes(self.labels, class_ids, f"Dataset {self.name!r}"))
 
     def fingerprint(self) -> str:
         """Short hash of image size, crop ratio, relative paths, file sizes and labels.

@@ -29,7 +29,7 @@ from torch import nn
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import eval_batch
-from benchmark.data.base import ImageDataset
+from benchmark.data.base import ImageDataset, rows_of_classes
 from benchmark.errors import ConfigError, DataError
 from benchmark.models.trunks import build_model, trunk_spec
 
@@ -55,16 +55,8 @@ class FeatureDataset:
 
     def subset(self, class_ids: Sequence[int]) -> FeatureDataset:
         """The rows of the given classes only, in their original order."""
-        wanted = np.asarray(list(class_ids), dtype=np.int64)
-        unknown = np.setdiff1d(wanted, self.labels)
-        if unknown.size:
-            raise DataError(
-                f"Feature set {self.name!r} has no class(es) {unknown[:10].tolist()}; "
-                f"it has {self.classes().size} classes."
-            )
-        mask = np.isin(self.labels, wanted)
-        index = torch.from_numpy(np.flatnonzero(mask))
-        return FeatureDataset(self.name, self.features[index], self.labels[mask].copy())
+        rows = rows_of_classes(self.labels, class_ids, f"Feature set {self.name!r}")
+        return FeatureDataset(self.name, self.features[torch.from_numpy(rows)], self.labels[rows].copy())
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
