@@ -38,6 +38,11 @@ class ProtocolSection:
     name: str = "mlrc"
     description: str = ""
     n_folds: int = 4
+    # The cbir protocol's closed-set split: the share of each class's images that become
+    # queries, and the seed of that split. The seed is not the run's --seed on purpose: every
+    # loss and every run seed is scored on the same queries, as with a dataset's official split.
+    query_fraction: float = 0.25
+    split_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -241,17 +246,29 @@ def parse_set_option(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[str, Any]:
-    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config)."""
-    path = protocols_dir / f"{name}.toml"
-    if not path.is_file():
-        available = sorted(p.stem for p in protocols_dir.glob("*.toml"))
-        raise UnknownNameError("protocol", name, available)
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
+
+
+def protocol_names(protocols_dir: Path = PROTOCOLS_DIR) -> list[str]:
+    """Names of the protocol files in ``protocols_dir``: the TOML files with a ``[protocol]`` table.
+
+    Other TOML files there (the ``dmlbench regress`` suite) are settings of other commands.
+    """
+    return sorted(p.stem for p in protocols_dir.glob("*.toml") if "protocol" in _read_toml(p))
+
+
+def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[str, Any]:
+    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config)."""
+    path = protocols_dir / f"{name}.toml"
+    data = _read_toml(path) if path.is_file() else {}
+    if "protocol" not in data:
+        raise UnknownNameError("protocol", name, protocol_names(protocols_dir))
+    return data
 
 
 def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
@@ -276,7 +293,25 @@ def resolve_config(
     user_nested = dotted_to_nested(user_overrides)
     config_from_mapping(_deep_merge(protocol_data, budget_nested))
     merged = _deep_merge(_deep_merge(protocol_data, budget_nested), user_nested)
-    return config_from_mapping(merged), paper
+    resolved = config_from_mapping(merged)
+    _check_protocol_only_keys(resolved)
+    return resolved, paper
+
+
+#: Settings that only one protocol reads: setting them for another protocol would be silently
+#: ignored, so it is an error instead.
+PROTOCOL_ONLY_KEYS: dict[str, str] = {"protocol.query_fraction": "cbir", "protocol.split_seed": "cbir"}
+
+
+def _check_protocol_only_keys(config: RunConfig) -> None:
+    values = _flatten(config_to_dict(config))
+    defaults = _flatten(config_to_dict(RunConfig()))
+    for key, owner in PROTOCOL_ONLY_KEYS.items():
+        if config.protocol.name != owner and values[key] != defaults[key]:
+            raise ConfigError(
+                f"{key} = {values[key]!r} is only read by the {owner!r} protocol; this run's protocol "
+                f"is {config.protocol.name!r}. Remove the setting or use --protocol {owner}."
+            )
 
 
 @dataclass(frozen=True)

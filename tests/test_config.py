@@ -6,13 +6,16 @@ import pytest
 
 from benchmark.budgets import BUDGETS
 from benchmark.config import (
+    PROTOCOL_ONLY_KEYS,
     config_from_mapping,
     deviations,
     load_protocol_file,
     parse_set_option,
+    protocol_kind,
+    protocol_names,
     resolve_config,
 )
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.protocol.runner import MLRCRun, RunRequest
 
 PAPER = load_protocol_file("mlrc")
@@ -126,3 +129,25 @@ def test_search_range_override_keeps_scale() -> None:
 def test_bad_search_range_override(override: dict[str, object], message: str) -> None:
     with pytest.raises(Exception, match=message):
         MLRCRun(RunRequest(loss="ms", overrides=override)).resolve()
+
+
+@pytest.mark.parametrize("protocol", protocol_names())
+@pytest.mark.parametrize(("key", "value"), [("protocol.query_fraction", 0.5), ("protocol.split_seed", 7)])
+def test_protocol_only_keys_rejected_elsewhere(protocol: str, key: str, value: object) -> None:
+    data = load_protocol_file(protocol)
+    owner = PROTOCOL_ONLY_KEYS[key]
+    if protocol_kind(data) == owner:
+        resolved, paper = resolve_config(data, {}, {key: value})
+        assert key in {d.key for d in deviations(resolved, paper)}
+    else:
+        with pytest.raises(ConfigError, match=f"{key} = {value!r} is only read by the '{owner}' protocol"):
+            resolve_config(data, {}, {key: value})
+
+
+def test_protocol_names_are_the_protocol_files() -> None:
+    names = protocol_names()
+    assert "mlrc" in names and "regress" not in names  # regress.toml is the regress suite's file
+    with pytest.raises(
+        UnknownNameError, match=f"Unknown protocol 'regress'.*Valid choices: {', '.join(names)}"
+    ):
+        load_protocol_file("regress")

@@ -181,3 +181,33 @@ def test_model_selection_on_queries_is_refused(tmp_path: Path, cache_dir: Path) 
     assert proc.returncode != 0
     assert "train.eval_every" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_split_settings_change_the_split(smoke: Path, tmp_path: Path, cache_dir: Path) -> None:
+    default = record_of(smoke, "contrastive")["data"]
+    args = run_args(tmp_path, "contrastive")
+    proc = dmlbench(
+        *args, "--set", "protocol.query_fraction=0.5", "--set", "protocol.split_seed=3", cache=cache_dir
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = record_of(tmp_path, "contrastive")
+    data = rec["data"]
+    assert (data["query_fraction"], data["split_seed"]) == (0.5, 3)
+    assert data["n_query_images"] == 4 * data["n_classes"]  # half of 8 images per class
+    assert data["split_fingerprint"] != default["split_fingerprint"]
+    assert {"protocol.query_fraction", "protocol.split_seed"} <= {d["key"] for d in rec["deviations"]}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("protocol.query_fraction=1.0", "protocol.query_fraction must lie in"),
+        ("protocol.split_seed=-1", ">= 0"),
+    ],
+)
+def test_bad_split_settings_fail_before_compute(
+    tmp_path: Path, cache_dir: Path, override: str, message: str
+) -> None:
+    proc = dmlbench(*run_args(tmp_path, "cam"), "--set", override, cache=cache_dir)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import PROTOCOLS_DIR, load_protocol_file
+from benchmark.config import PROTOCOLS_DIR, load_protocol_file, protocol_names
 from benchmark.data import DATASETS
 from benchmark.errors import UnknownNameError
 from benchmark.losses import LOSSES
@@ -43,9 +43,10 @@ def _datasets() -> list[str]:
 
 def _protocols() -> list[str]:
     out = []
-    for path in sorted(PROTOCOLS_DIR.glob("*.toml")):
-        data = load_protocol_file(path.stem)
-        out.append(f"{path.stem:12s} {data.get('protocol', {}).get('description', '')}  ({path})")
+    for name in protocol_names():
+        data = load_protocol_file(name)
+        path = PROTOCOLS_DIR / f"{name}.toml"
+        out.append(f"{name:12s} {data['protocol'].get('description', '')}  ({path})")
     return out
 
 

@@ -2,9 +2,10 @@
 
 Choices, each recorded in the run record:
 
-* **Split**: :func:`~benchmark.data.closed_set.closed_set_split` with a quarter of each class's
-  images as queries (:data:`QUERY_FRACTION`) and split seed :data:`SPLIT_SEED`, a constant, so
-  every loss, seed and rep is scored on the same database and queries.
+* **Split**: :func:`~benchmark.data.closed_set.closed_set_split` with ``protocol.query_fraction``
+  of each class's images as queries (a quarter by default) and ``protocol.split_seed`` (0),
+  independent of the run seed, so every loss, seed and rep is scored on the same database and
+  queries.
 * **Training**: on the database (= training) images, loss defaults (no search; ``--set loss.X``
   fixes others), Adam (``train.lr``, ``train.weight_decay``), an epoch = one pass over the
   training images, class-based losses with plain random batches, pair-based with m = 4 per class.
@@ -52,8 +53,6 @@ from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
-QUERY_FRACTION = 0.25
-SPLIT_SEED = 0
 _PRECISION = re.compile(r"^precision_at_(\d+)$")
 
 
@@ -138,6 +137,11 @@ class CBIRRun(RepeatedRun):
     def _validate_names(self, c: RunConfig) -> None:
         super()._validate_names(c)
         cbir_cutoffs(list(c.test.metrics))
+        fraction = c.protocol.query_fraction
+        if not 0.0 < fraction < 1.0:
+            raise ConfigError(f"protocol.query_fraction must lie in (0, 1), got {fraction!r}.")
+        if c.protocol.split_seed < 0:
+            raise ConfigError(f"protocol.split_seed must be >= 0, got {c.protocol.split_seed}.")
         if c.train.eval_every < c.train.max_epochs:
             # Scoring earlier epochs could only select on the queries: the test data.
             raise ConfigError(
@@ -146,13 +150,14 @@ class CBIRRun(RepeatedRun):
             )
 
     def split(self) -> None:
-        s = closed_set_split(self.dataset.labels, seed=SPLIT_SEED, query_fraction=QUERY_FRACTION)
+        p = self.config.protocol
+        s = closed_set_split(self.dataset.labels, seed=p.split_seed, query_fraction=p.query_fraction)
         self.database_set: ImageDataset = self.dataset.take(s.database)
         self.query_set: ImageDataset = self.dataset.take(s.queries)
         self.split_info = {
-            "split": "closed set: a seeded quarter of each class's images are queries, the rest the database",
-            "query_fraction": QUERY_FRACTION,
-            "split_seed": SPLIT_SEED,
+            "split": "closed set: a seeded share of each class's images are queries, the rest the database",
+            "query_fraction": p.query_fraction,
+            "split_seed": p.split_seed,
             "split_fingerprint": s.fingerprint(),
             "n_database_images": len(s.database),
             "n_query_images": len(s.queries),
