@@ -3,6 +3,7 @@ files, suite parsing, bad input (exit 2) and one tiny real case end to end throu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -11,9 +12,11 @@ from typing import Any
 
 import pytest
 import scipy.stats
+import torch
 
 from benchmark.cli.main import main
 from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
+from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     build_case_baseline,
     differing_keys,
@@ -21,6 +24,7 @@ from benchmark.regress.baselines import (
     save_baselines,
 )
 from benchmark.regress.cases import DEFAULT_SUITE, load_suite, parse_suite, select_cases
+from benchmark.regress.check import environment_note, single_thread
 from benchmark.regress.compare import (
     Status,
     compare_case,
@@ -187,6 +191,27 @@ def test_malformed_baseline_file_names_the_key(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(DmlbenchError, match=r"cases\.mfcont\.metrics\.test_map_at_r\.tolerance"):
         load_baselines(tmp_path, "glyphs")
+
+
+def test_environment_note_names_what_differs() -> None:
+    with single_thread():
+        here = environment_info(torch.device("cpu"))
+    same = dataclasses.replace(
+        _baseline("glyphs/mfcont"), provenance={"environment": {k: v for k, v in here.items() if k != "git"}}
+    )
+    assert "none found" in environment_note([same])
+    env = {
+        **same.provenance["environment"],
+        "cpu_capability": "OLDISA",
+        "packages": {**here["packages"], "numpy": "0.1"},
+    }
+    del env["cpu_model"]
+    other = dataclasses.replace(same, provenance={"environment": env})
+    note = environment_note([other, other])
+    assert f"cpu_capability: OLDISA -> {here['cpu_capability']}" in note
+    assert f"numpy: 0.1 -> {here['packages']['numpy']}" in note
+    assert "cpu_model: not recorded" in note and "torch_threads" not in note
+    assert note.count("\n") == 1  # one line per distinct environment
 
 
 def test_differing_keys() -> None:

@@ -53,6 +53,17 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what the platform module says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment_info(device: torch.device) -> dict[str, Any]:
     """Everything needed to say where a number came from."""
     info: dict[str, Any] = {
@@ -60,6 +71,10 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        # The CPU and the vector instructions torch dispatches to change float rounding, so
+        # same-seed CPU results are bit-identical only where these two match.
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         "packages": package_versions(),

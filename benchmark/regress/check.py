@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -29,6 +29,7 @@ from benchmark.regress.baselines import (
 from benchmark.regress.cases import Case, Settings
 from benchmark.regress.compare import (
     Row,
+    Status,
     compare_case,
     improvement_note,
     regression_diff,
@@ -52,6 +53,30 @@ def single_thread() -> Iterator[None]:
 def _prepare_all(cases: Sequence[Case], settings: Settings, cache: Path) -> list[PreparedCase]:
     # Every case's config and data is resolved before any training, so bad input fails in seconds.
     return [prepare_case(c, settings, cache) for c in cases]
+
+
+#: Environment entries that decide whether same-seed CPU runs are bit-identical.
+_BIT_ENVIRONMENT = ("python", "machine", "cpu_model", "cpu_capability", "torch_threads")
+
+
+def environment_note(baselines: Iterable[CaseBaseline]) -> str:
+    """Which parts of the environment differ from the baselines' (why values may not be identical)."""
+    with single_thread():  # the checks ran with one thread
+        now = environment_info(torch.device("cpu"))
+    lines: list[str] = []
+    for b in baselines:
+        env = b.provenance.get("environment", {})
+        then = {**{k: env.get(k, "not recorded") for k in _BIT_ENVIRONMENT}, **env.get("packages", {})}
+        here = {**{k: now.get(k) for k in _BIT_ENVIRONMENT}, **now["packages"]}
+        diff = [
+            f"{k}: {then[k]} -> {here.get(k)}" for k in then if k != "dmlbench" and then[k] != here.get(k)
+        ]
+        line = "; ".join(diff) if diff else "none found (a code or data change, or an unrecorded library)"
+        if line not in lines:
+            lines.append(line)
+    return "Environment differences from the baselines' (same-seed values are bit-identical only on an " + (
+        "identical environment):\n  " + "\n  ".join(lines)
+    )
 
 
 def _stored(cases: Sequence[Case], baselines_dir: Path) -> dict[str, CaseBaseline]:
@@ -120,6 +145,8 @@ def run_check(
             wall = sum(r.wall_s for r in runs)
             print(f"[{i}/{len(prepared)}] {p.case.name}: {status} in {wall:.1f}s", file=out, flush=True)
     provenance = {name: b.provenance_line() for name, b in stored.items()}
+    if any(r.status is not Status.IDENTICAL for r in rows):
+        notes.append(environment_note(stored.values()))
     print(file=out)
     print(
         f"dmlbench regress: {len(prepared)} case(s), mean over seeds {list(settings.check_seeds)}, "

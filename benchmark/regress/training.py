@@ -15,7 +15,13 @@ import numpy as np
 import torch
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import RunConfig, config_to_dict, load_protocol_file, resolve_config
+from benchmark.config import (
+    PROTOCOL_ONLY_KEYS,
+    RunConfig,
+    config_to_dict,
+    load_protocol_file,
+    resolve_config,
+)
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import mlrc_split
 from benchmark.errors import DataError, DmlbenchError, TrainingDiverged
@@ -47,6 +53,12 @@ class PreparedCase:
         # Where the data lives differs between machines (the CI clone, a laptop); the data's content
         # is compared through its fingerprint instead.
         config["data"].pop("data_dir", None)
+        # Settings this protocol never reads (fixed at their defaults by resolve_config) would only
+        # make baselines stale when another protocol gains a setting.
+        for key, owner in PROTOCOL_ONLY_KEYS.items():
+            if self.config.protocol.name != owner:
+                section, name = key.split(".")
+                config[section].pop(name, None)
         identity = {
             "config": config,
             "params": self.params,
