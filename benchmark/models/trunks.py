@@ -1,22 +1,34 @@
 """Trunk networks (feature extractors) and the embedder head.
 
 Each trunk maps images (B, C, H, W) to pooled features (B, F). Pretrained weights come only
-from a local file (``model.trunk_weights``): asking for pretrained weights without one is an
-error, never a silent random init.
+from local files: ``model.trunk_weights``, else the trunk's public checkpoint if it is already in
+the torch hub cache or (timm trunks) the Hugging Face hub cache. Nothing is downloaded, and asking
+for pretrained weights that are in none of these is an error, never a silent random init.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
 from benchmark.errors import ConfigError
 from benchmark.registry import Registry
+
+
+@dataclass(frozen=True)
+class HFWeights:
+    """A Hugging Face hub repository holding a trunk's weights, and its file names in load order."""
+
+    repo_id: str
+    revision: str | None  # None: the "main" branch, as huggingface_hub resolves it
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -28,8 +40,22 @@ class TrunkSpec:
     build: Callable[[int], tuple[nn.Module, int]]  # in_channels -> (module, feature dim)
     has_public_weights: bool
     # File names the public ImageNet weights have in the torch hub cache (torch.hub.get_dir()),
-    # where torchvision / pretrainedmodels put them when they download them.
+    # where torchvision / pretrainedmodels (and timm < 0.9, for its URL weights) put them.
     cache_files: tuple[str, ...] = ()
+    # The same weights as timm >= 0.9 downloads them, into the Hugging Face hub cache.
+    hf_weights: HFWeights | None = None
+    # Classifier modules a checkpoint may hold beyond the headless trunk (timm's pretrained_cfg
+    # "classifier"); their keys are skipped on load, on top of the usual classifier names.
+    head_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WeightsLookup:
+    """Where a trunk's public weights were looked for in the local caches, and what was found."""
+
+    found: Path | None
+    cache: str  # which cache ``found`` is in ("" when nothing was found)
+    searched: tuple[str, ...]  # one phrase per place looked in, for the error message
 
 
 def hub_checkpoint_dir() -> Path:
@@ -37,13 +63,65 @@ def hub_checkpoint_dir() -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints"
 
 
-def cached_weights(spec: TrunkSpec) -> Path | None:
-    """The trunk's public weights if a file of theirs is already in the torch hub cache."""
-    for name in spec.cache_files:
-        path = hub_checkpoint_dir() / name
-        if path.is_file():
-            return path
+def hf_hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, from the environment variables huggingface_hub reads.
+
+    ``HF_HUB_CACHE``, else the legacy ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub`` with
+    ``HF_HOME`` defaulting to ``$XDG_CACHE_HOME/huggingface`` (``~/.cache/huggingface``). Read
+    at each call because huggingface_hub reads them once, when it is imported.
+    """
+    default_home = os.path.join(os.path.expanduser("~"), ".cache")
+    hf_home = os.path.expandvars(
+        os.path.expanduser(
+            os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", default_home), "huggingface"))
+        )
+    )
+    hub = os.getenv("HF_HUB_CACHE", os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(hf_home, "hub")))
+    return Path(os.path.expandvars(os.path.expanduser(hub)))
+
+
+def _find_in_hf_cache(weights: HFWeights, cache: Path) -> Path | None:
+    """The first of ``weights.files`` in the hub cache at the wanted revision (files only, no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in weights.files:
+        # Resolves refs/<revision> to a snapshot like hf_hub_download does; returns None, or a
+        # "known to be absent" marker (not a str), when the file is not there.
+        found = try_to_load_from_cache(weights.repo_id, name, cache_dir=cache, revision=weights.revision)
+        if isinstance(found, str):
+            return Path(found)
     return None
+
+
+def lookup_cached_weights(spec: TrunkSpec) -> WeightsLookup:
+    """Look for the trunk's public weights already on disk: Hugging Face hub cache, then torch hub cache.
+
+    The order is timm's (it prefers the hub copy to the URL one). Only the file system is read.
+    """
+    searched: list[str] = []
+    if not spec.has_public_weights:
+        return WeightsLookup(None, "", (f"trunk {spec.name!r} has no public pretrained weights to look for",))
+    if spec.hf_weights is not None:
+        hf = spec.hf_weights
+        cache = hf_hub_cache_dir()
+        try:
+            path = _find_in_hf_cache(hf, cache)
+        except ImportError:  # a timm dependency only since timm 0.9, which started using the hub
+            searched.append("the Hugging Face hub cache was not searched (huggingface_hub is not installed)")
+        else:
+            if path is not None:
+                return WeightsLookup(path, "Hugging Face hub", ())
+            searched.append(
+                f"none of {', '.join(hf.files)} of {hf.repo_id} (revision {hf.revision or 'main'}) is in "
+                f"the Hugging Face hub cache {cache} (HF_HUB_CACHE / HF_HOME)"
+            )
+    if spec.cache_files:
+        checkpoints = hub_checkpoint_dir()
+        for name in spec.cache_files:
+            if (checkpoints / name).is_file():
+                return WeightsLookup(checkpoints / name, "torch hub", ())
+        searched.append(f"none of {', '.join(spec.cache_files)} is in {checkpoints} (TORCH_HOME)")
+    return WeightsLookup(None, "", tuple(searched))
 
 
 TRUNKS: Registry[TrunkSpec] = Registry("trunk")
@@ -109,7 +187,8 @@ TIMM_PREFIX = "timm:"
 def _timm_trunk(model_name: str) -> Callable[[int], tuple[nn.Module, int]]:
     def build(in_channels: int) -> tuple[nn.Module, int]:
         timm = _import_timm(model_name)
-        # num_classes=0: timm's pooled-feature output; weights only ever from model.trunk_weights.
+        # num_classes=0: timm's pooled-feature output. pretrained=False: timm would download;
+        # pretrained weights are loaded afterwards from a local file (load_trunk_weights).
         net = timm.create_model(model_name, pretrained=False, num_classes=0, in_chans=in_channels)
         return net, int(net.num_features)
 
@@ -132,12 +211,71 @@ def _import_timm(model_name: str):  # type: ignore[no-untyped-def]
     return timm
 
 
+# timm's load order on the hub: a safetensors copy of a pickled file first (timm._hub._get_safe_alternatives).
+_HF_DEFAULT_FILE = "pytorch_model.bin"
+_HF_SAFE_ALTERNATIVES = {
+    "pytorch_model.bin": "model.safetensors",
+    "open_clip_pytorch_model.bin": "open_clip_model.safetensors",
+}
+
+
+def _hf_weight_files(filename: str | None) -> tuple[str, ...]:
+    """The files timm reads from a hub repository (``hf_hub_filename``, default ``pytorch_model.bin``)."""
+    name = filename or _HF_DEFAULT_FILE
+    if name.endswith(".bin"):
+        return (_HF_SAFE_ALTERNATIVES.get(name, name[: -len(".bin")] + ".safetensors"), name)
+    return (name,)
+
+
+def _url_file(url: str | tuple[str, str]) -> str:
+    """The file name timm / torch.hub give a downloaded URL: the URL path's last part, or the one named."""
+    if isinstance(url, tuple):  # timm's (url, file name) form
+        return url[1]
+    return PurePosixPath(urlparse(url).path).name
+
+
+def _timm_spec(name: str, model_name: str) -> TrunkSpec:
+    """The trunk spec of timm model ``model_name`` (``arch`` or ``arch.tag``) and where its weights live."""
+    timm = _import_timm(model_name)
+    from timm.models import get_pretrained_cfg
+
+    try:
+        # The cfg timm.create_model(pretrained=True) would use: the default tag for a bare name.
+        cfg = get_pretrained_cfg(model_name)
+    except RuntimeError as exc:  # an unknown tag of a known architecture
+        arch = model_name.split(".", 1)[0]
+        tags = timm.list_pretrained(f"{arch}.*")
+        raise ConfigError(
+            f"timm model {arch!r} has no pretrained tag {model_name!r}"
+            + (f"; its tags: {', '.join(tags)}." if tags else "; it has no pretrained weights.")
+        ) from exc
+    if cfg is None:  # an architecture without registered weights
+        return TrunkSpec(name, f"timm model {model_name}", _timm_trunk(model_name), False)
+    hf = None
+    if cfg.hf_hub_id:
+        repo_id, _, revision = cfg.hf_hub_id.partition("@")  # timm's "org/name@revision"
+        hf = HFWeights(repo_id, revision or None, _hf_weight_files(cfg.hf_hub_filename))
+    # custom_load weights (e.g. ViT .npz) are not state dicts: their cached copy is of no use here.
+    url_file = _url_file(cfg.url) if cfg.url and not cfg.custom_load else ""
+    classifiers = (cfg.classifier,) if isinstance(cfg.classifier, str) else tuple(cfg.classifier or ())
+    # The top-level module of each: num_classes=0 drops all of e.g. LeViT's head_dist (bn + linear)
+    # though the cfg names only head_dist.linear. Keys the trunk keeps there still load.
+    heads = tuple(dict.fromkeys(c.split(".", 1)[0] for c in classifiers))
+    return TrunkSpec(
+        name,
+        f"timm model {model_name}",
+        _timm_trunk(model_name),
+        bool(hf or url_file),
+        (url_file,) if url_file else (),
+        hf,
+        heads,
+    )
+
+
 def trunk_spec(name: str) -> TrunkSpec:
     """The registered trunk ``name``, or ``timm:<model>`` for any timm model (optional extra)."""
     if name.startswith(TIMM_PREFIX):
-        model_name = name[len(TIMM_PREFIX) :]
-        _import_timm(model_name)
-        return TrunkSpec(name, f"timm model {model_name}", _timm_trunk(model_name), True)
+        return _timm_spec(name, name[len(TIMM_PREFIX) :])
     return TRUNKS.get(name)
 
 
@@ -179,16 +317,45 @@ TRUNKS.register(
 )
 
 
-def load_trunk_weights(trunk: nn.Module, path: Path) -> None:
-    """Load a local state dict into ``trunk`` (classifier keys ignored; shapes must otherwise match)."""
-    if not path.is_file():
-        raise ConfigError(f"Trunk weights file {path} does not exist (model.trunk_weights).")
+# Classifier heads (and GoogLeNet's auxiliary classifiers) are not part of a trunk: torchvision's
+# fc, Cadene's last_linear, timm's fc / head / head.fc / classifier (others come from TrunkSpec).
+CLASSIFIER_PREFIXES = ("fc.", "last_linear.", "aux1.", "aux2.", "head.", "classifier.")
+
+
+def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
+    """The tensors of a weights file: safetensors (by its suffix, as the hub names them) or torch.save."""
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors import SafetensorError
+            from safetensors.torch import load_file
+        except ImportError as exc:
+            raise ConfigError(
+                f"Trunk weights file {path} is a safetensors file, which needs the safetensors package "
+                "(a timm dependency): pip install safetensors."
+            ) from exc
+        try:
+            return load_file(path, device="cpu")
+        except SafetensorError as exc:
+            raise ConfigError(f"Trunk weights file {path} is not a readable safetensors file: {exc}") from exc
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"Trunk weights file {path} holds a {type(state).__name__}, not a state dict.")
+    return state
+
+
+def load_trunk_weights(trunk: nn.Module, path: Path, head_names: tuple[str, ...] = ()) -> None:
+    """Load a local state dict into ``trunk`` (classifier keys ignored; shapes must otherwise match).
+
+    ``head_names`` are further classifier modules to ignore (timm's pretrained_cfg "classifier").
+    """
+    if not path.is_file():
+        raise ConfigError(f"Trunk weights file {path} does not exist (model.trunk_weights).")
+    state = _read_state_dict(path)
     own = trunk.state_dict()
-    # Classifier heads (and GoogLeNet's auxiliary classifiers) are not part of a trunk.
-    skip = ("fc.", "last_linear.", "aux1.", "aux2.", "head.", "classifier.")
+    skip = CLASSIFIER_PREFIXES + tuple(f"{h}." for h in head_names)
+    # A key the trunk has is loaded even under a classifier prefix (e.g. timm's head.norm).
     filtered = {k: v for k, v in state.items() if not (k.startswith(skip) and k not in own)}
     for k, v in list(filtered.items()):
         if k in own and own[k].shape != v.shape and v.ndim == 4 and own[k].shape[1] == 1:
@@ -234,7 +401,7 @@ def build_model(
         trunk, dim = spec.build(in_channels)
         model = EmbeddingModel(trunk, dim, embedding_dim)
     if pretrained:
-        load_trunk_weights(trunk, Path(weights_path))
+        load_trunk_weights(trunk, Path(weights_path), spec.head_names)
     return model
 
 

@@ -45,7 +45,7 @@ from benchmark.io import read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
-from benchmark.models.trunks import TIMM_PREFIX, cached_weights, hub_checkpoint_dir, trunk_spec
+from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
@@ -160,22 +160,26 @@ class MLRCRun:
         overrides = budget.overrides_for(protocol_kind(protocol_data))
         self.config, self.paper = resolve_config(protocol_data, overrides, user)
         cached = self._cached_trunk_weights()
-        if cached is not None:
-            user["model.trunk_weights"] = str(cached)
+        if cached is not None and cached.found is not None:
+            # Recorded as if given with --trunk-weights: the run record names the file used.
+            user["model.trunk_weights"] = str(cached.found)
             self.config, self.paper = resolve_config(protocol_data, overrides, user)
-            self.progress.message(f"pretrained trunk weights from the torch hub cache: {cached}")
+            self.progress.message(f"pretrained trunk weights from the {cached.cache} cache: {cached.found}")
         self._validate_names(self.config)
         self.deviations: list[Deviation] = deviations(self.config, self.paper)
         self.search_space, self.fixed_params = self._search_space()
         self.augment = AUGMENTS[self.config.data.augment]
         self.device = pick_device(req.device)
 
-    def _cached_trunk_weights(self) -> Path | None:
-        """Pretrained weights asked for without a file: the trunk's public file in the torch hub cache."""
+    def _cached_trunk_weights(self) -> WeightsLookup | None:
+        """Pretrained weights asked for without a file: the trunk's public file in a local cache.
+
+        The torch hub cache, and for ``timm:NAME`` trunks first the Hugging Face hub cache.
+        """
         m = self.config.model
-        if not m.pretrained or m.trunk_weights or m.trunk.startswith(TIMM_PREFIX):
+        if not m.pretrained or m.trunk_weights:
             return None
-        return cached_weights(trunk_spec(m.trunk))
+        return lookup_cached_weights(trunk_spec(m.trunk))
 
     def _validate_names(self, c: RunConfig) -> None:
         positive = {
@@ -777,8 +781,8 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     DATASETS.get(c.data.dataset)
     trunk_spec(c.model.trunk)
     if c.model.pretrained and not c.model.trunk_weights:
-        names = trunk_spec(c.model.trunk).cache_files
-        where = f" and none of {', '.join(names)} is in {hub_checkpoint_dir()}" if names else ""
+        searched = lookup_cached_weights(trunk_spec(c.model.trunk)).searched
+        where = "".join(f" and {place}" for place in searched)
         raise ConfigError(
             f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given{where}; "
             "weights are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
