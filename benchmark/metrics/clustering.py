@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 
-from benchmark.metrics.knn import Space, as_float32_matrix, check_space, l2_normalise
+from benchmark.metrics.faiss_import import faiss
+from benchmark.metrics.knn import Space, as_float32_matrix, check_space, gpu_search_enabled, l2_normalise
 
 
 def kmeans_assignments(
@@ -25,7 +25,13 @@ def kmeans_assignments(
     # min_points_per_centroid=1: DML test sets have few images per class (SOP: 2-12), far below
     # faiss's default of 39, which would only print a warning.
     kmeans = faiss.Kmeans(
-        x.shape[1], n_clusters, niter=niter, seed=seed, verbose=False, min_points_per_centroid=1
+        x.shape[1],
+        n_clusters,
+        niter=niter,
+        seed=seed,
+        verbose=False,
+        min_points_per_centroid=1,
+        gpu=gpu_search_enabled(),
     )
     kmeans.train(x)
     _, assignment = kmeans.index.search(x, 1)

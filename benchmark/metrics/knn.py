@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal, get_args
 
-import faiss
 import numpy as np
+
+from benchmark.metrics.faiss_import import faiss
 
 Space = Literal["cosine", "euclidean"]
 SPACES: tuple[str, ...] = get_args(Space)
@@ -52,15 +54,76 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x / norms, dtype=np.float32)
 
 
-def _build_index(x: np.ndarray, space: Space) -> tuple[faiss.Index, np.ndarray]:
-    """Return the faiss index over the gallery and the (possibly normalised) vectors it holds."""
+#: Longest result list faiss's GPU flat search returns (its GPU k-selection limit); a longer one
+#: (only needed while a tie at the cut-off is resolved) is searched on the CPU copy instead.
+GPU_MAX_K = 2048
+
+
+@dataclass
+class _GpuSearch:
+    # Process-wide, like faiss's own thread count: every metric of a run shares it.
+    enabled: bool = False
+    resources: faiss.StandardGpuResources | None = None
+
+
+_gpu = _GpuSearch()
+
+
+def faiss_gpu_count() -> int:
+    """GPUs faiss can use: 0 with faiss-cpu (no GPU code) or without a visible GPU."""
+    if not hasattr(faiss, "StandardGpuResources"):
+        return 0
+    return int(faiss.get_num_gpus())
+
+
+def use_gpu_search(enabled: bool) -> bool:
+    """Search exact indexes on GPU 0 from now on if ``enabled`` and faiss-gpu sees a GPU.
+
+    Returns whether GPU search is on. Results equal the CPU search's up to float rounding (GPU
+    distances are computed in another order), so ties may resolve differently.
+    """
+    on = bool(enabled) and faiss_gpu_count() > 0
+    _gpu.enabled = on
+    if on and _gpu.resources is None:
+        _gpu.resources = faiss.StandardGpuResources()
+    return on
+
+
+def gpu_search_enabled() -> bool:
+    """Whether :func:`use_gpu_search` turned GPU search on in this process."""
+    return _gpu.enabled
+
+
+class FlatIndex:
+    """An exact faiss flat index, searched on the GPU when that is on (lists up to GPU_MAX_K)."""
+
+    def __init__(self, cpu: faiss.Index) -> None:
+        self.cpu = cpu
+        self.gpu: faiss.Index | None = None
+        if _gpu.enabled and _gpu.resources is not None:
+            self.gpu = faiss.index_cpu_to_gpu(_gpu.resources, 0, cpu)
+
+    @property
+    def ntotal(self) -> int:
+        """Number of indexed vectors."""
+        return int(self.cpu.ntotal)
+
+    def search(self, queries: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss ``search``: the m best (scores, ids) of each query."""
+        index = self.gpu if self.gpu is not None and m <= GPU_MAX_K else self.cpu
+        scores, ids = index.search(queries, m)
+        return scores, ids
+
+
+def _build_index(x: np.ndarray, space: Space) -> tuple[FlatIndex, np.ndarray]:
+    """Return the exact index over the gallery and the (possibly normalised) vectors it holds."""
     if space == "cosine":
         x = l2_normalise(x)
         index: faiss.Index = faiss.IndexFlatIP(x.shape[1])
     else:
         index = faiss.IndexFlatL2(x.shape[1])
     index.add(x)
-    return index, x
+    return FlatIndex(index), x
 
 
 def _batch_bounds(n: int, query_batch: int) -> list[tuple[int, int]]:
@@ -72,7 +135,7 @@ def _batch_bounds(n: int, query_batch: int) -> list[tuple[int, int]]:
 
 
 def _search_sorted(
-    index: faiss.Index, queries: np.ndarray, m: int, space: Space
+    index: FlatIndex, queries: np.ndarray, m: int, space: Space
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss top-m search, each row re-sorted by (rank key, gallery index); smaller key is better."""
     scores, ids = index.search(queries, m)
@@ -82,7 +145,7 @@ def _search_sorted(
     return np.take_along_axis(keys, order, axis=1), np.take_along_axis(ids.astype(np.int64), order, axis=1)
 
 
-def _resolve_cutoff_ties(index: faiss.Index, queries: np.ndarray, keep: int, space: Space) -> np.ndarray:
+def _resolve_cutoff_ties(index: FlatIndex, queries: np.ndarray, keep: int, space: Space) -> np.ndarray:
     """The first ``keep`` items by (key, index) for queries whose cut-off lies inside a tie."""
     n = index.ntotal
     out = np.empty((len(queries), keep), dtype=np.int64)
@@ -104,7 +167,7 @@ def _resolve_cutoff_ties(index: faiss.Index, queries: np.ndarray, keep: int, spa
 
 
 def _neighbours_of_block(
-    index: faiss.Index, queries: np.ndarray, query_ids: np.ndarray, k: int, space: Space
+    index: FlatIndex, queries: np.ndarray, query_ids: np.ndarray, k: int, space: Space
 ) -> np.ndarray:
     """k nearest other items for a block of gallery rows, ties by index, self removed by index."""
     n = index.ntotal

@@ -34,13 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-import faiss
 import numpy as np
 import torch
 from torch import nn
 
 from benchmark.errors import ConfigError
 from benchmark.metrics.knn import (
+    FlatIndex,
     Space,
     _build_index,
     _resolve_cutoff_ties,
@@ -194,7 +194,7 @@ class BruteForceIndex:
     """An exact faiss flat index over the whole database."""
 
     space: Space
-    index: faiss.Index
+    index: FlatIndex
     size: int
 
     @classmethod

@@ -11,12 +11,15 @@ from typing import Any
 
 import torch
 
+from benchmark.metrics.knn import gpu_search_enabled
+
 _PACKAGES = (
     "dmlbench",
     "torch",
     "torchvision",
     "optuna",
     "faiss-cpu",
+    "faiss-gpu-cu12",
     "pytorch-metric-learning",
     "numpy",
     "scipy",
@@ -77,6 +80,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "faiss_search": "gpu" if gpu_search_enabled() else "cpu",
         "packages": package_versions(),
         "git": git_commit(),
     }

@@ -26,6 +26,7 @@ import torch
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
 from benchmark.errors import TrainingDiverged
+from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import Samples
 from benchmark.protocol.train import EpochCallback, FoldResult, embed_samples, train_fold
 
@@ -70,6 +71,7 @@ def run_fold(
 ) -> FoldOutcome:
     """Train one fold (and embed the test set if asked); divergence is returned, not raised."""
     device = torch.device(setup.device)
+    use_gpu_search(device.type == "cuda")  # worker processes do their own validation searches
     train, val = data.folds[task.fold]
     try:
         result, model = train_fold(

@@ -44,6 +44,7 @@ from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
+from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.protocol.environment import environment_info
@@ -128,11 +129,16 @@ def cache_dir() -> Path:
 
 
 def pick_device(name: str) -> torch.device:
+    """The torch device for ``--device`` (``auto``: CUDA if present); on CUDA, retrieval metrics
+    search with faiss-gpu too when it is installed (recorded as ``environment.faiss_search``)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {name} was requested but CUDA is not available on this machine.")
-    return torch.device(name)
+    else:
+        device = torch.device(name)
+    use_gpu_search(device.type == "cuda")
+    return device
 
 
 class MLRCRun:
