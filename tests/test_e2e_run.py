@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,65 @@ def test_same_seed_same_numbers_across_processes(tmp_path: Path, cache_dir: Path
     assert [t["value"] for t in a["search"]["trials"]] == [t["value"] for t in b["search"]["trials"]]
     assert a["test"]["per_rep"] == b["test"]["per_rep"]
     assert a["untrained"] == b["untrained"]
+
+
+def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) -> None:
+    # Fold trainings that would run for hours: Ctrl-C must not wait for them (nor for the fold
+    # the pool has already queued), as it did when the pool was shut down with wait=True.
+    args = [
+        "run",
+        "--loss",
+        "contrastive",
+        "--budget",
+        "smoke",
+        "--set",
+        "train.max_epochs=100000",
+        "--set",
+        "train.patience=100000",
+        "--jobs",
+        "2",
+        "--out",
+        str(tmp_path / "runs"),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    # Own session: the SIGINT goes to the whole process group, as a terminal's Ctrl-C does.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmark.cli.main", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    reader = threading.Thread(target=lambda: log.extend(iter(lambda: proc.stderr.read(256), "")), daemon=True)
+    reader.start()
+    try:
+        # Both workers past their start-up and training (progress shows epochs of two folds).
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = "".join(log)
+            if "fold 1/4 epoch 3 " in text and "fold 2/4 epoch 3 " in text:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run ended or timed out before two folds were training:\n" + "".join(log)[-2000:])
+        children = _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        # Bounded only to turn a hang into a failure; a stop takes a few seconds.
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(timeout=10)
+    assert proc.returncode == 130, "".join(log)[-3000:]
+    assert "interrupted" in "".join(log).lower()
+    # multiprocessing's resource tracker exits on its own once the parent is gone.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.2)
+    assert not [pid for pid in children if _alive(pid)]

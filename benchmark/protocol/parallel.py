@@ -173,11 +173,29 @@ class FoldExecutor:
             if fold in callbacks:
                 callbacks[fold](epoch, val_map, best)
 
-    def close(self) -> None:
-        if self._pool is not None:
+    def close(self, abort: bool = False) -> None:
+        """Shut the worker pool down: after its tasks (normal end) or at once (``abort``).
+
+        Abort is for an interrupted run (Ctrl-C, an error): waiting would mean waiting for the
+        fold trainings in flight, and for a task already handed to a worker (the pool queues
+        one more than it has workers), which at the paper budget take hours. Their trials are
+        retried when the run is resumed.
+        """
+        if self._pool is None:
+            return
+        if abort:
+            # ProcessPoolExecutor has no public way to stop running tasks before Python 3.14
+            # (terminate_workers); its process table is the only handle on them.
+            procs = list(getattr(self._pool, "_processes", {}).values())
+            for p in procs:
+                p.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                p.join(timeout=10)
+        else:
             self._pool.shutdown(wait=True, cancel_futures=True)
-            self._events.close()
-            self._pool = None
+        self._events.close()
+        self._pool = None
 
 
 def describe_setup(setup: WorkerSetup, jobs: int) -> dict[str, Any]:

@@ -774,8 +774,10 @@ class MLRCRun:
             with self.watch.time("test"):
                 self.test_stage()
                 self.untrained()
-        finally:
-            self.executor.close()
+        except BaseException:  # Ctrl-C or an error: stop the fold workers now, then re-raise
+            self.executor.close(abort=True)
+            raise
+        self.executor.close()
         self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
         self.write_record()
         self.update_leaderboard()

@@ -49,8 +49,10 @@ def worker_main(request: RunRequest, worker_id: int, threads: int, parent_pid: i
     run.prepare_run_dir()
     try:
         run.search()
-    finally:
-        run.executor.close()
+    except BaseException:
+        run.executor.close(abort=True)
+        raise
+    run.executor.close()
 
 
 def run_local_workers(request: RunRequest, on_poll: Callable[[], None], poll_s: float = 2.0) -> None:
