@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,7 @@ from torch import nn
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
+from benchmark.data.prefetch import Prefetcher
 from benchmark.data.sampler import MPerClassSampler, PassSampler
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext, build_loss
@@ -116,6 +117,55 @@ def _batch_input(
     return eval_batch(images) if augment is None else train_batch(images, augment, gen)
 
 
+#: Batches prepared ahead of the training step (see :class:`~benchmark.data.prefetch.Prefetcher`):
+#: the next batch's decoding (lazy on-disk datasets) and augmentation run in a background thread
+#: while the current batch trains. Two rather than one absorbs batches that take longer than usual
+#: (a cold page cache, larger JPEGs) at the cost of one more batch in memory. A module constant
+#: and not a config key: it changes speed only, never results (the batches are bit-identical).
+PREFETCH_DEPTH = 2
+
+
+def default_prefetch_depth(data: Samples, device: torch.device) -> int:
+    """:data:`PREFETCH_DEPTH`, or 0 (synchronous) where overlapping batch preparation costs time.
+
+    Prefetching pays when a batch is decoded from disk (PIL releases the GIL) or the step runs on
+    an accelerator and leaves the CPU free. With in-memory data on the CPU a batch takes only a few
+    ms to augment, and the producer competes with the step for the cores: measured on the 2-core
+    machine (benchmarks/prefetch_speed.py), one process with 2 torch threads trained 8-10% slower
+    with prefetching (probably because the producer's kernels run their own team of intra-op
+    threads on cores the step already fills), while 1-thread processes (fold-parallel jobs,
+    regress) gained 3-8%. Hence in-memory CPU training prefetches only with one torch thread.
+    """
+    in_memory = isinstance(data, FeatureDataset) or isinstance(data.images, torch.Tensor)
+    if device.type != "cpu" or not in_memory:
+        return PREFETCH_DEPTH
+    return PREFETCH_DEPTH if torch.get_num_threads() == 1 else 0
+
+
+def _epoch_batches(
+    sampler: MPerClassSampler | PassSampler,
+    iters: int,
+    data: Samples,
+    labels: torch.Tensor,
+    augment: AugmentSpec | None,
+    gen: torch.Generator,
+    pin: bool,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch's (input, label) batches on the CPU, in the order the sampler draws them.
+
+    Runs in the prefetch thread: it alone draws from the sampler's numpy RNG and from ``gen`` (the
+    augmentation takes all its randomness from ``gen``, never from torch's global RNG, which the
+    training step uses), so the draws happen in the same order as in a synchronous loop.
+    """
+    for batch in sampler.sample(iters):
+        idx = torch.from_numpy(batch)
+        x, y = _batch_input(data, idx, augment, gen), labels[idx]
+        if pin:
+            # Page-locked memory lets the consumer's copy to the GPU run asynchronously.
+            x, y = x.pin_memory(), y.pin_memory()
+        yield x, y
+
+
 def _grads_finite(params: list[nn.Parameter]) -> bool:
     return all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
 
@@ -200,11 +250,14 @@ def train_with_loss(
     on_epoch: EpochCallback | None = None,
     optimizer: str = "rmsprop",
     sampling: str = "m_per_class",
+    prefetch_depth: int | None = None,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
 
     ``train.iters_per_epoch = 0`` makes an epoch one pass over the training images.
+    ``prefetch_depth`` batches are prepared ahead in a background thread (0: synchronously in this
+    thread; None: :func:`default_prefetch_depth`); the results do not depend on it.
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -246,6 +299,9 @@ def train_with_loss(
     iters = iterations_per_epoch(tc.iters_per_epoch, len(train_labels), tc.batch_size)
     gen = torch.Generator().manual_seed(seed)
     labels_t = torch.from_numpy(train_labels)
+    # Pinned batches and asynchronous copies only on CUDA; elsewhere .to(device) stays a plain copy.
+    pin = device.type == "cuda"
+    depth = default_prefetch_depth(train, device) if prefetch_depth is None else prefetch_depth
 
     best_val, best_epoch, since_best = -math.inf, 0, 0
     best_state = copy.deepcopy(model.state_dict())
@@ -255,22 +311,26 @@ def train_with_loss(
     for epoch in range(1, tc.max_epochs + 1):
         set_train_mode(model, config.model.freeze_trunk_bn)
         loss_fn.train()
-        for batch in sampler.sample(iters):
-            idx = torch.from_numpy(batch)
-            x = _batch_input(train, idx, augment, gen).to(device)
-            y = labels_t[idx].to(device)
-            loss = loss_fn(model(x), y)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}")
-            opt.zero_grad(set_to_none=True)
-            if loss_opt is not None:
-                loss_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if not _grads_finite(model_params + loss_param_list):
-                raise TrainingDiverged(f"non-finite gradient at epoch {epoch}")
-            opt.step()
-            if loss_opt is not None:
-                loss_opt.step()
+        # One prefetcher per epoch: the producer never draws past the epoch's batches, so a
+        # patience stop leaves no batch half-prepared, and validation does not compete with it.
+        with Prefetcher(
+            _epoch_batches(sampler, iters, train, labels_t, augment, gen, pin), depth, name="batches"
+        ) as batches:
+            for x_cpu, y_cpu in batches:
+                x = x_cpu.to(device, non_blocking=pin)
+                y = y_cpu.to(device, non_blocking=pin)
+                loss = loss_fn(model(x), y)
+                if not torch.isfinite(loss):
+                    raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}")
+                opt.zero_grad(set_to_none=True)
+                if loss_opt is not None:
+                    loss_opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if not _grads_finite(model_params + loss_param_list):
+                    raise TrainingDiverged(f"non-finite gradient at epoch {epoch}")
+                opt.step()
+                if loss_opt is not None:
+                    loss_opt.step()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
         emb = embed_samples(model, val, device)
