@@ -279,6 +279,9 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # A shell without job control starts background jobs with SIGINT ignored, and the
+        # child would inherit that (a CI runner may do this): restore Ctrl-C's default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     log: list[str] = []
