@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,22 +132,36 @@ def build_frozen_trunk(config: RunConfig, in_channels: int, trunk_seed: int) -> 
 
 @torch.no_grad()
 def trunk_features(
-    trunk: nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 256
+    trunk: nn.Module,
+    images: torch.Tensor,
+    device: torch.device,
+    batch_size: int = 256,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
-    """Pooled trunk output ``(N, F)`` float32 of uint8 images, eval transform, eval mode."""
+    """Pooled trunk output ``(N, F)`` float32 of uint8 images, eval transform, eval mode.
+
+    ``on_batch(done, total)`` is called after each batch (progress)."""
     trunk.eval()
-    out = [
-        trunk(eval_batch(images[start : start + batch_size].to(device))).float().cpu()
-        for start in range(0, len(images), batch_size)
-    ]
+    out = []
+    for start in range(0, len(images), batch_size):
+        out.append(trunk(eval_batch(images[start : start + batch_size].to(device))).float().cpu())
+        if on_batch is not None:
+            on_batch(min(start + batch_size, len(images)), len(images))
     features: np.ndarray = torch.cat(out).numpy()
     return features
 
 
 def load_or_compute_features(
-    dataset: ImageDataset, config: RunConfig, cache: Path, trunk_seed: int, device: torch.device
+    dataset: ImageDataset,
+    config: RunConfig,
+    cache: Path,
+    trunk_seed: int,
+    device: torch.device,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> tuple[FeatureDataset, Path, bool]:
-    """The run's feature set, from the cache or computed and stored; also its path and whether it hit."""
+    """The run's feature set, from the cache or computed and stored; also its path and whether it hit.
+
+    ``on_batch(done, total)`` reports the extraction's progress (not called on a cache hit)."""
     key = feature_key(
         dataset_fingerprint=dataset.fingerprint(),
         trunk=trunk_spec(config.model.trunk).name,
@@ -161,7 +175,7 @@ def load_or_compute_features(
             raise DataError(f"Cached features {path} do not match the dataset's labels; delete the file.")
         return features, path, True
     trunk = build_frozen_trunk(config, dataset.images.shape[1], trunk_seed).to(device)
-    array = trunk_features(trunk, dataset.images, device)
+    array = trunk_features(trunk, dataset.images, device, on_batch=on_batch)
     if not np.isfinite(array).all():
         raise DataError(f"Trunk {config.model.trunk!r} produced non-finite features; nothing was cached.")
     save_features_atomic(path, array, dataset.labels)

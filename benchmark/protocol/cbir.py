@@ -176,6 +176,7 @@ class CBIRRun(RepeatedRun):
             seed=seed,
             device=self.device,
             on_epoch=self.on_epoch_status(r),
+            on_step=self.step_status(f"rep {r + 1}/{self.config.test.reps}"),
             optimizer=self.OPTIMIZER,
             sampling=self.SAMPLING,
         )

@@ -10,6 +10,7 @@ depends only on its seed, so ``--jobs`` changes wall time, not numbers.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -28,7 +29,7 @@ from benchmark.data.augment import AugmentSpec
 from benchmark.errors import TrainingDiverged
 from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import Samples
-from benchmark.protocol.train import EpochCallback, FoldResult, embed_samples, train_fold
+from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,11 @@ class WorkerSetup:
 
 
 def run_fold(
-    setup: WorkerSetup, data: FoldData, task: FoldTask, on_epoch: EpochCallback | None
+    setup: WorkerSetup,
+    data: FoldData,
+    task: FoldTask,
+    on_epoch: EpochCallback | None,
+    on_step: StepCallback | None = None,
 ) -> FoldOutcome:
     """Train one fold (and embed the test set if asked); divergence is returned, not raised."""
     device = torch.device(setup.device)
@@ -84,6 +89,7 @@ def run_fold(
             seed=task.seed,
             device=device,
             on_epoch=on_epoch,
+            on_step=on_step,
         )
     except TrainingDiverged as exc:
         return FoldOutcome(task, None, None, f"fold {task.fold}: {exc}")
@@ -94,7 +100,11 @@ def run_fold(
 # Worker-process globals, set once by the pool initializer.
 _SETUP: WorkerSetup | None = None
 _DATA: FoldData | None = None
-_EVENTS: Any = None  # queue of (fold, epoch, val MAP@R, best) for the parent's progress display
+# Queue of progress events for the parent's display: ("epoch", fold, epoch, val MAP@R, best) and
+# ("step", fold, epoch, step, steps per epoch).
+_EVENTS: Any = None
+#: Least seconds between a worker's step events: the parent shows them as heartbeats anyway.
+STEP_EVENT_S = 1.0
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -118,10 +128,18 @@ def _run_in_worker(task: FoldTask) -> FoldOutcome:
         raise RuntimeError("fold worker used before its initializer ran")
     events = _EVENTS
 
-    def report(epoch: int, val_map: float, best: float) -> None:
-        events.put((task.fold, epoch, val_map, best))
+    last_step = -math.inf
 
-    return run_fold(_SETUP, _DATA, task, report)
+    def report(epoch: int, val_map: float, best: float) -> None:
+        events.put(("epoch", task.fold, epoch, val_map, best))
+
+    def report_step(epoch: int, step: int, steps: int) -> None:
+        nonlocal last_step
+        if time.monotonic() - last_step >= STEP_EVENT_S:
+            last_step = time.monotonic()
+            events.put(("step", task.fold, epoch, step, steps))
+
+    return run_fold(_SETUP, _DATA, task, report, report_step)
 
 
 class FoldExecutor:
@@ -133,12 +151,21 @@ class FoldExecutor:
         self._loader = loader
 
     def run(
-        self, tasks: Sequence[FoldTask], on_epoch: Callable[[FoldTask], EpochCallback] | None = None
+        self,
+        tasks: Sequence[FoldTask],
+        on_epoch: Callable[[FoldTask], EpochCallback] | None = None,
+        on_step: Callable[[FoldTask], StepCallback] | None = None,
     ) -> Iterator[FoldOutcome]:
-        """Outcomes in completion order (inline: task order, with per-epoch callbacks)."""
+        """Outcomes in completion order (inline: task order), with per-epoch and per-step callbacks."""
         if self.jobs <= 1:
             for task in tasks:
-                yield run_fold(self.setup, self.data, task, on_epoch(task) if on_epoch else None)
+                yield run_fold(
+                    self.setup,
+                    self.data,
+                    task,
+                    on_epoch(task) if on_epoch else None,
+                    on_step(task) if on_step else None,
+                )
             return
         if self._pool is None:
             # spawn, not fork: forking a process whose OpenMP/torch thread pools are running can hang.
@@ -153,25 +180,28 @@ class FoldExecutor:
                 initargs=(self.setup, self._loader, self._events, os.getpid()),
             )
         callbacks = {t.fold: on_epoch(t) for t in tasks} if on_epoch else {}
+        step_callbacks = {t.fold: on_step(t) for t in tasks} if on_step else {}
         pending: set[Future[FoldOutcome]] = {self._pool.submit(_run_in_worker, t) for t in tasks}
         try:
             while pending:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                self._drain(callbacks)
+                self._drain(callbacks, step_callbacks)
                 for fut in done:
                     yield fut.result()
         finally:
             for fut in pending:
                 fut.cancel()
 
-    def _drain(self, callbacks: dict[int, EpochCallback]) -> None:
+    def _drain(self, callbacks: dict[int, EpochCallback], step_callbacks: dict[int, StepCallback]) -> None:
         while True:
             try:
-                fold, epoch, val_map, best = self._events.get_nowait()
+                kind, fold, epoch, a, b = self._events.get_nowait()
             except queue.Empty:
                 return
-            if fold in callbacks:
-                callbacks[fold](epoch, val_map, best)
+            if kind == "epoch" and fold in callbacks:
+                callbacks[fold](epoch, a, b)
+            elif kind == "step" and fold in step_callbacks:
+                step_callbacks[fold](epoch, a, b)
 
     def close(self, abort: bool = False) -> None:
         """Shut the worker pool down: after its tasks (normal end) or at once (``abort``).

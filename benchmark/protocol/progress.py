@@ -6,9 +6,15 @@ interest becomes its own line so the output stays readable.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
+
+#: Least seconds between heartbeat lines: often on a terminal (one line is rewritten in place),
+#: rarely in a log, where each becomes a line of its own.
+HEARTBEAT_TTY_S = 1.0
+HEARTBEAT_LOG_S = 60.0
 
 
 def format_duration(seconds: float) -> str:
@@ -30,6 +36,7 @@ class Progress:
         self.tty = self.stream.isatty()
         self._fold_times: list[float] = []
         self._last_len = 0
+        self._last_write = -math.inf
         self.parallel = 1  # fold trainings running at once
 
     def fold_finished(self, wall_s: float) -> None:
@@ -59,6 +66,15 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+        self._last_write = time.monotonic()
+
+    def heartbeat(self, text: str) -> None:
+        """A status shown only if nothing was shown for a while (:data:`HEARTBEAT_TTY_S` on a
+        terminal, :data:`HEARTBEAT_LOG_S` in a log): work between
+        the regular updates (the steps of a slow epoch, feature extraction) stays visible without
+        flooding a log."""
+        if time.monotonic() - self._last_write >= (HEARTBEAT_TTY_S if self.tty else HEARTBEAT_LOG_S):
+            self.status(text)
 
     def message(self, text: str) -> None:
         """A plain line (stage headers, results)."""
@@ -69,6 +85,7 @@ class Progress:
             self._last_len = 0
         self.stream.write(text + "\n")
         self.stream.flush()
+        self._last_write = time.monotonic()
 
 
 class Stopwatch:

@@ -51,7 +51,7 @@ from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import EpochCallback, FoldResult, build_fold_model, embed_samples
+from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, build_fold_model, embed_samples
 from benchmark.search.storage import (
     DEFAULT_HEARTBEAT_S,
     fail_stale,
@@ -245,7 +245,12 @@ class MLRCRun:
         if self.config.model.frozen_trunk:
             trunk_seed = derive_seed(self.request.seed, "frozen_trunk")
             self.features, self.features_path, hit = load_or_compute_features(
-                self.dataset, self.config, cache_dir(), trunk_seed, self.device
+                self.dataset,
+                self.config,
+                cache_dir(),
+                trunk_seed,
+                self.device,
+                on_batch=lambda done, n: self.progress.heartbeat(f"frozen trunk: features {done}/{n} images"),
             )
             self.progress.message(
                 f"frozen trunk: {'cached' if hit else 'computed'} features "
@@ -448,10 +453,13 @@ class MLRCRun:
 
             return cb
 
+        def on_step(task: FoldTask) -> StepCallback:
+            return self.step_status(f"search trial {i}/{n} fold {task.fold + 1}/{n_folds}")
+
         t0 = time.perf_counter()
         results: dict[int, FoldResult] = {}
         failure = None
-        for outcome in self.executor.run(tasks, on_epoch):
+        for outcome in self.executor.run(tasks, on_epoch, on_step):
             if outcome.failure is not None:
                 failure = failure or outcome.failure
                 continue
@@ -591,7 +599,10 @@ class MLRCRun:
 
             return cb
 
-        for outcome in self.executor.run(tasks, on_epoch):
+        def on_step(task: FoldTask) -> StepCallback:
+            return self.step_status(f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds}")
+
+        for outcome in self.executor.run(tasks, on_epoch, on_step):
             f = outcome.task.fold
             if outcome.failure is not None:
                 raise DmlbenchError(
@@ -756,6 +767,15 @@ class MLRCRun:
         kill_point("report.tables")
         self.progress.message("refreshing plots ...")
         self.leaderboard_paths += [p for p in write_plots(results, dataset, protocol) if p.suffix == ".png"]
+
+    def step_status(self, where: str) -> StepCallback:
+        """A per-step callback showing ``where`` and the step as a heartbeat (slow epochs only)."""
+        max_epochs = self.config.train.max_epochs
+
+        def cb(epoch: int, step: int, steps: int) -> None:
+            self.progress.heartbeat(f"{where} epoch {epoch}/{max_epochs} step {step}/{steps}")
+
+        return cb
 
     # -- the run ----------------------------------------------------------------------------------
     def run(self) -> RunResult:

@@ -110,6 +110,7 @@ class TraditionalRun(RepeatedRun):
             seed=seed,
             device=self.device,
             on_epoch=self.on_epoch_status(r),
+            on_step=self.step_status(f"rep {r + 1}/{self.config.test.reps}"),
             optimizer=self.OPTIMIZER,
             sampling=self.SAMPLING,
         )

@@ -50,6 +50,7 @@ class FoldResult:
 
 
 EpochCallback = Callable[[int, float, float], None]  # (epoch, val MAP@R, best so far)
+StepCallback = Callable[[int, int, int], None]  # (epoch, iterations done, iterations per epoch)
 
 
 def remap_labels(labels: np.ndarray) -> np.ndarray:
@@ -183,6 +184,7 @@ def train_fold(
     on_epoch: EpochCallback | None = None,
     optimizer: str = "rmsprop",
     sampling: str = "m_per_class",
+    on_step: StepCallback | None = None,
 ) -> tuple[FoldResult, EmbeddingModel]:
     """Train one fold model and return its result and the best-validation model.
 
@@ -201,6 +203,7 @@ def train_fold(
         on_epoch=on_epoch,
         optimizer=optimizer,
         sampling=sampling,
+        on_step=on_step,
     )
     return result, model
 
@@ -251,11 +254,13 @@ def train_with_loss(
     optimizer: str = "rmsprop",
     sampling: str = "m_per_class",
     prefetch_depth: int | None = None,
+    on_step: StepCallback | None = None,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
 
     ``train.iters_per_epoch = 0`` makes an epoch one pass over the training images.
+    ``on_step`` is called after every training step (for progress on slow epochs; cheap calls only).
     ``prefetch_depth`` batches are prepared ahead in a background thread (0: synchronously in this
     thread; None: :func:`default_prefetch_depth`); the results do not depend on it.
     """
@@ -316,7 +321,7 @@ def train_with_loss(
         with Prefetcher(
             _epoch_batches(sampler, iters, train, labels_t, augment, gen, pin), depth, name="batches"
         ) as batches:
-            for x_cpu, y_cpu in batches:
+            for step, (x_cpu, y_cpu) in enumerate(batches, 1):
                 x = x_cpu.to(device, non_blocking=pin)
                 y = y_cpu.to(device, non_blocking=pin)
                 loss = loss_fn(model(x), y)
@@ -331,6 +336,8 @@ def train_with_loss(
                 opt.step()
                 if loss_opt is not None:
                     loss_opt.step()
+                if on_step is not None:
+                    on_step(epoch, step, iters)
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
         emb = embed_samples(model, val, device)
