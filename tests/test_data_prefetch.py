@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from test_divergence import NaNLoss
 from test_standard_run import make_cub_tree
 from torch import nn
 
@@ -324,19 +325,9 @@ def test_default_depth_is_synchronous_only_for_in_memory_data_on_a_multithreaded
         torch.set_num_threads(threads)
 
 
-class _NaNLoss(nn.Module):
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, emb: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.inner(emb, labels)
-        return out * float("nan")
-
-
 def test_divergence_leaves_no_prefetch_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     def build(name: str, ctx: Any, params: Mapping[str, float]) -> nn.Module:
-        return _NaNLoss(build_loss(name, ctx, params))
+        return NaNLoss(build_loss(name, ctx, params))
 
     monkeypatch.setattr(train_module, "build_loss", build)
     with pytest.raises(TrainingDiverged, match="loss became nan"):

@@ -14,7 +14,9 @@ import benchmark.protocol.train as train_module
 from benchmark.protocol.runner import MLRCRun, RunRequest
 
 
-class _NaNOnce(nn.Module):
+class NaNLoss(nn.Module):
+    """Wraps a loss so that it returns NaN (a diverged training); also used by other tests."""
+
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         self.inner = inner
@@ -33,7 +35,7 @@ def test_nan_loss_fails_the_trial_and_the_study_continues(
     def build(name: str, ctx: Any, params: Mapping[str, float]) -> nn.Module:
         calls["n"] += 1
         loss = real_build(name, ctx, params)
-        return _NaNOnce(loss) if calls["n"] == 1 else loss  # the first fold of the first trial
+        return NaNLoss(loss) if calls["n"] == 1 else loss  # the first fold of the first trial
 
     monkeypatch.setattr(train_module, "build_loss", build)
     request = RunRequest(
