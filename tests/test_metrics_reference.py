@@ -149,6 +149,9 @@ NAIVE_RANKING_METRICS: dict[str, QueryMetric] = {
     "recall_at_8": naive_recall_at(8),
     "recall_at_10": naive_recall_at(10),
     "recall_at_100": naive_recall_at(100),
+    "ndcg_at_2": naive_ndcg_at(2),
+    "ndcg_at_4": naive_ndcg_at(4),
+    "ndcg_at_8": naive_ndcg_at(8),
     "ndcg_at_10": naive_ndcg_at(10),
     "ndcg_at_100": naive_ndcg_at(100),
     "map": naive_average_precision,
@@ -211,6 +214,8 @@ LINE_EXPECTED = {
     "precision_at_20": (2 / 4 + 2 / 4 + 2 / 4) / 3,
     # Full ranking: q0 and q1 hit at 1 and 3, q3 at 2 and 3.
     "map": ((1 / 1 + 2 / 3) / 2 + (1 / 1 + 2 / 3) / 2 + (1 / 2 + 2 / 3) / 2) / 3,  # = 3/4
+    # nDCG@2: q0/q1 hit at rank 1 only (DCG 1), q3 at rank 2 only (DCG 1/log2 3); ideal 1 + 1/log2 3.
+    "ndcg_at_2": (2 + 1 / L3) / (1 + 1 / L3) / 3,
     "ndcg_at_10": (2 * (1 + 1 / L4) / (1 + 1 / L3) + (1 / L3 + 1 / L4) / (1 + 1 / L3)) / 3,
 }
 

@@ -134,7 +134,7 @@ for _k in (20, 100):
             description=f"Fraction of the {_k} nearest neighbours with the query's label.",
         )
     )
-for _k in (10, 100):
+for _k in (2, 4, 8, 10, 100):  # @2/4/8: the MPA paper reports them on CUB and Cars
     _register(
         MetricSpec(
             name=f"ndcg_at_{_k}",
