@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.cli.report_cmd import resolve_dataset, split_names
+from benchmark.errors import DmlbenchError
 from benchmark.report.compare import DEFAULT_ALPHA, FORMATS, compare_tables, render
 from benchmark.report.tables import select_records
 
@@ -30,6 +31,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--results-dir", type=Path, default=Path("results"), help="records root (default: results/)"
     )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="also show the published papers' values beside each loss (Markdown; docs/protocols.md §8)",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -42,5 +48,15 @@ def handle(args: argparse.Namespace) -> int:
     )
     for budget in sorted(set(by_budget) - set(tables)):
         print(f"compare: budget {budget!r} left out (it lacks a needed loss).", file=sys.stderr)
+    published = getattr(args, "published", False)  # Namespaces built by tests may lack it
+    if published and args.format != "md":
+        raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
     sys.stdout.write(render(args.format, dataset, args.protocol, tables, args.metric, args.holm, args.alpha))
+    if published:
+        from benchmark.report.published import published_section
+
+        shown = {c.loss for cs in tables.values() for c in cs} | set(references)
+        sys.stdout.write(
+            published_section(args.results_dir, dataset, args.protocol, by_budget, [args.metric], shown)
+        )
     return 0

@@ -30,6 +30,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also (re)write the plots into <results>/<dataset>/<protocol>/plots/",
     )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="also show the published papers' values beside each loss (Markdown; docs/protocols.md §8)",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -63,7 +68,14 @@ def handle(args: argparse.Namespace) -> int:
     dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
     by_budget = select_records(args.results_dir, dataset, args.protocol, args.budget)
     metrics = resolve_metrics(by_budget, split_names(args.metrics))
+    published = getattr(args, "published", False)  # Namespaces built by tests may lack it
+    if published and args.format != "md":
+        raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
     sys.stdout.write(render(args.format, dataset, args.protocol, by_budget, metrics))
+    if published:
+        from benchmark.report.published import published_section
+
+        sys.stdout.write(published_section(args.results_dir, dataset, args.protocol, by_budget, metrics))
     if args.plots:
         from benchmark.report.plots import write_plots  # matplotlib only when plotting
 
