@@ -45,7 +45,6 @@ UNTRAINED = "untrained"
 NOT_REGISTERED = {
     "Margin/class": "Margin loss with one learnable β per class; dmlbench's `margin` learns one β",
     "FastAP": "not implemented in dmlbench",
-    "MFCWMS": "MeanFieldClassWiseMultiSimilarity: not registered in dmlbench yet",
 }
 # The repository's own tables, used when ``<results-dir>/published`` does not exist.
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "results" / "published"
