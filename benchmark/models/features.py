@@ -75,7 +75,9 @@ def weights_identity(config: RunConfig, trunk_seed: int) -> str:
                 f"model.pretrained = true for trunk {m.trunk!r} but no model.trunk_weights file was given; "
                 "weights are never downloaded. Pass --set model.trunk_weights=PATH or model.pretrained=false."
             )
-        return f"sha256:{file_sha256(Path(m.trunk_weights))}"
+        from benchmark.models.pretrained import resolve_weights
+
+        return f"sha256:{file_sha256(resolve_weights(m.trunk_weights))}"
     return f"random-init:seed={trunk_seed}"
 
 

@@ -401,7 +401,10 @@ def build_model(
         trunk, dim = spec.build(in_channels)
         model = EmbeddingModel(trunk, dim, embedding_dim)
     if pretrained:
-        load_trunk_weights(trunk, Path(weights_path), spec.head_names)
+        from benchmark.models.pretrained import resolve_weights
+
+        # builtin:NAME resolves to the packaged file after its sha256 check (mismatch: ConfigError).
+        load_trunk_weights(trunk, resolve_weights(weights_path), spec.head_names)
     return model
 
 

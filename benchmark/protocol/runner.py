@@ -46,6 +46,7 @@ from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
 from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
+from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
@@ -667,6 +668,8 @@ class MLRCRun:
             "run_dir": str(self.run_dir),
             "config": config_to_dict(c),
             "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            # The trunk's weights file, its sha256 and (built-in weights) how it was made; None: random init.
+            "trunk_weights": weights_record(c.model.trunk, c.model.pretrained, c.model.trunk_weights),
         }
 
     def build_record(self) -> dict[str, Any]:
@@ -815,7 +818,10 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
             f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given{where}; "
             "weights are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
         )
-    if c.model.trunk_weights and not Path(c.model.trunk_weights).expanduser().is_file():
+    if is_builtin(c.model.trunk_weights):
+        # Checks the name, the trunk it belongs to and the file's sha256 before any compute.
+        weights_record(c.model.trunk, True, c.model.trunk_weights)
+    elif c.model.trunk_weights and not Path(c.model.trunk_weights).expanduser().is_file():
         raise ConfigError(f"--trunk-weights / model.trunk_weights: no such file {c.model.trunk_weights!r}.")
     SAMPLERS.get(c.search.sampler)
     for m in c.test.metrics:

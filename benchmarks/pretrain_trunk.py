@@ -1,0 +1,256 @@
+"""Pretrain the ``smallcnn`` trunk on rendered Unicode symbols: the built-in ``smallcnn-symbols`` weights.
+
+MLRC fine-tunes an ImageNet-pretrained trunk; no such weights can be downloaded here, so this script
+makes the CPU budgets' equivalent, deterministically (fixed seeds, one torch thread, no data
+loader workers), from a source whose classes are disjoint from every evaluated dataset:
+
+- classes: symbols (Unicode category S*) of the blocks in ``benchmark.models.pretrained.SOURCE_BLOCKS``
+  (arrows, mathematical operators, technical symbols, box drawing, geometric shapes, currency...)
+  mapped in all 12 DejaVu faces of matplotlib; a symbol that looks like a glyphs class (Latin,
+  Greek, Cyrillic letter or digit: e.g. ∑ and Σ, ∆ and Δ) or like an earlier symbol in at least half
+  of the faces is dropped, with glyphs' own look-alike rule;
+- images: 4 jittered renderings per face (glyphs' jitter, another seed), bright ink on black like
+  the benchmark's character datasets, normalised as the training loop does; 3 per face train,
+  1 per face is held out to report accuracy;
+- training: softmax classification (a linear head on the 128-d pooled features, dropped
+  afterwards), Adam, with the suite's "characters" augmentation. Classification rather than a
+  metric-learning loss because MLRC's trunks are classification-pretrained, and because pretraining
+  with one of the benchmarked losses would give that loss's family a head start.
+
+Usage (writes benchmark/models/weights/smallcnn-symbols.{pt,json}; prints the sha256 to put into
+benchmark/models/pretrained.py):
+
+    PYTHONPATH=. python benchmarks/pretrain_trunk.py
+    PYTHONPATH=. python benchmarks/pretrain_trunk.py --tiny --out /tmp/tiny   # seconds, for tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmark.data.augment import CHARACTER_AUGMENT, eval_batch, train_batch
+from benchmark.data.glyphs import (
+    _REFERENCE_SIZE,
+    _ROTATION_DEG,
+    _SCALE_RANGE,
+    _SHIFT_FRACTION,
+    _STROKE_FRACTION,
+    _load_fonts,
+    drop_lookalikes,
+    font_paths,
+    measure_layout,
+    render_faces,
+    select_classes,
+)
+from benchmark.models.pretrained import SOURCE_FACES, WEIGHTS_DIR, is_source_candidate, sha256_of
+from benchmark.models.trunks import build_model
+
+NAME = "smallcnn-symbols"
+SEED = 20240612
+RENDERINGS_PER_FACE = 4  # the last one of each face is held out
+
+
+def source_classes(paths: list[Path], max_candidates: int | None) -> tuple[list[int], Any]:
+    """Source code points (mapped in every face, no look-alike of a glyphs class or of each other)."""
+    from matplotlib.ft2font import FT2Font
+
+    common: set[int] | None = None
+    for p in paths:
+        mapped = set(FT2Font(str(p)).get_charmap())
+        common = mapped if common is None else common & mapped
+    candidates = sorted(c for c in common or () if is_source_candidate(c))[:max_candidates]
+    layout = measure_layout(_load_fonts(paths, 1000), candidates)
+    glyph_classes, glyph_layout = select_classes(font_paths())
+    # Glyph classes go first: drop_lookalikes keeps the earlier of two look-alikes, so a symbol
+    # that looks like a letter is dropped, never the letter. Each set is drawn in its own layout
+    # (the one it will be trained / evaluated in).
+    glyph_plain = render_faces(paths, glyph_classes, glyph_layout, _REFERENCE_SIZE, jitters=None)[:, :, 0]
+    plain = render_faces(paths, candidates, layout, _REFERENCE_SIZE, jitters=None)[:, :, 0]
+    keep = drop_lookalikes(np.concatenate([glyph_plain, plain]))
+    n_glyphs = len(glyph_classes)
+    return [candidates[i - n_glyphs] for i in keep if i >= n_glyphs], layout
+
+
+def render_source(
+    paths: list[Path], classes: list[int], layout: Any, image_size: int, renderings: int
+) -> np.ndarray:
+    """uint8 (classes, faces, renderings, size, size) renderings, jittered in glyphs' ranges (own seed)."""
+    rng = np.random.default_rng(SEED)
+    shape = (len(classes), len(paths), renderings)
+    # The columns of glyphs' _Jitter, in order: scale, dx, dy, rotation, stroke.
+    jitters = np.stack(
+        [
+            rng.uniform(*_SCALE_RANGE, size=shape),
+            rng.uniform(-_SHIFT_FRACTION, _SHIFT_FRACTION, size=shape),
+            rng.uniform(-_SHIFT_FRACTION, _SHIFT_FRACTION, size=shape),
+            rng.uniform(-_ROTATION_DEG, _ROTATION_DEG, size=shape),
+            rng.uniform(0, _STROKE_FRACTION, size=shape),
+        ],
+        axis=-1,
+    )
+    return render_faces(paths, classes, layout, image_size, jitters)
+
+
+def class_list_hash(classes: list[int]) -> str:
+    """sha256 of the class code points as 'U+XXXX' lines: identifies the source classes."""
+    return hashlib.sha256("\n".join(f"U+{c:04X}" for c in classes).encode()).hexdigest()
+
+
+def pretrain(
+    images: torch.Tensor, labels: torch.Tensor, n_classes: int, epochs: int, batch_size: int, lr: float
+) -> tuple[nn.Module, list[float]]:
+    """Train smallcnn + linear head by softmax classification; returns the trunk and per-epoch loss."""
+    model = build_model("smallcnn", 1, 128, pretrained=False, weights_path="", seed=SEED)
+    trunk = model.trunk
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED + 1)
+        head = nn.Linear(128, n_classes)
+    params = list(trunk.parameters()) + list(head.parameters())
+    opt = torch.optim.Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(SEED + 2)
+    losses: list[float] = []
+    trunk.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(labels), generator=gen)
+        total, count = 0.0, 0
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            idx = order[start : start + batch_size]
+            x = train_batch(images[idx], CHARACTER_AUGMENT, gen)
+            loss = F.cross_entropy(head(trunk(x)), labels[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        losses.append(total / max(count, 1))
+    return trunk, losses
+
+
+@torch.no_grad()
+def held_out_accuracy(
+    trunk: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor
+) -> float:
+    """1-NN accuracy (cosine, trunk features) of held-out renderings against the training renderings."""
+    trunk.eval()
+
+    def feats(x: torch.Tensor) -> torch.Tensor:
+        out = torch.cat([trunk(eval_batch(x[i : i + 512])) for i in range(0, len(x), 512)])
+        return F.normalize(out, dim=1)
+
+    a, b = feats(train_x), feats(test_x)
+    nearest = (b @ a.T).argmax(dim=1)
+    return float((train_y[nearest] == test_y).float().mean())
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="output folder (default: the package's)")
+    ap.add_argument("--image-size", type=int, default=28)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--max-candidates", type=int, default=None, help="first N candidate symbols only")
+    ap.add_argument("--faces", type=int, default=len(SOURCE_FACES), help="first N of the 12 faces only")
+    ap.add_argument("--tiny", action="store_true", help="a seconds-long configuration (tests)")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.max_candidates, args.faces, args.epochs, args.image_size = 24, 2, 1, 16
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.perf_counter()
+    folder = font_paths()[0].parent
+    paths = [folder / f for f in SOURCE_FACES[: args.faces]]
+    classes, layout = source_classes(paths, args.max_candidates)
+    rendered = render_source(paths, classes, layout, args.image_size, RENDERINGS_PER_FACE)
+    n, f, r, s, _ = rendered.shape
+    t_render = time.perf_counter() - t0
+    labels = np.broadcast_to(np.arange(n)[:, None, None], (n, f, r))
+    train_sel, test_sel = (slice(0, r - 1), slice(r - 1, r))
+
+    def take(sel: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.from_numpy(np.ascontiguousarray(rendered[:, :, sel].reshape(-1, 1, s, s)))
+        y = torch.from_numpy(np.ascontiguousarray(labels[:, :, sel].reshape(-1))).long()
+        return x, y
+
+    train_x, train_y = take(train_sel)
+    test_x, test_y = take(test_sel)
+    trunk, losses = pretrain(train_x, train_y, n, args.epochs, args.batch_size, args.lr)
+    accuracy = held_out_accuracy(trunk, train_x, train_y, test_x, test_y)
+    t_total = time.perf_counter() - t0
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    weights = args.out / f"{NAME}.pt"
+    state = {k: v.detach().clone().contiguous() for k, v in trunk.state_dict().items()}
+    torch.save(state, weights)
+    digest = sha256_of(weights)
+    provenance = {
+        "name": NAME,
+        "trunk": "smallcnn",
+        "sha256": digest,
+        "script": "benchmarks/pretrain_trunk.py",
+        "script_sha256": sha256_of(Path(__file__)),
+        "command": " ".join(
+            ["python benchmarks/pretrain_trunk.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "commit": git_commit(),
+        "seed": SEED,
+        "torch": torch.__version__,
+        "torch_threads": 1,
+        "source": {
+            "description": (
+                "Unicode symbols (category S*) of the blocks in benchmark.models.pretrained.SOURCE_BLOCKS "
+                "mapped in every face below, minus look-alikes of glyphs classes and of each other; "
+                f"{RENDERINGS_PER_FACE} jittered renderings per face, bright ink on black"
+            ),
+            "faces": [p.name for p in paths],
+            "image_size": args.image_size,
+            "n_classes": n,
+            "n_train_images": len(train_y),
+            "n_held_out_images": len(test_y),
+            "class_list_sha256": class_list_hash(classes),
+            "classes": [f"U+{c:04X}" for c in classes],
+        },
+        "training": {
+            "objective": "softmax cross-entropy, linear head on the pooled trunk features (dropped)",
+            "optimizer": "Adam",
+            "lr": args.lr,
+            "batch_size": args.batch_size,
+            "epochs": args.epochs,
+            "augment": "characters",
+            "epoch_losses": [round(x, 4) for x in losses],
+            "held_out_1nn_accuracy": round(accuracy, 4),
+        },
+        "wall_s": {"render": round(t_render, 1), "total": round(t_total, 1)},
+    }
+    (args.out / f"{NAME}.json").write_text(json.dumps(provenance, indent=1) + "\n")
+    print(
+        f"{n} classes, {len(train_y)} training images; epoch losses {[round(x, 4) for x in losses]}; "
+        f"held-out 1-NN accuracy {accuracy:.3f}; {t_total:.0f} s (render {t_render:.0f} s)"
+    )
+    print(f"sha256 {digest}  {weights}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The built-in pretrained trunk: reproducible generation, checksum at load, disjoint source classes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import unicodedata
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import OMNIGLOT, REPO
+
+from benchmark.data.base import DATASETS
+from benchmark.data.glyphs import is_class_candidate
+from benchmark.errors import ConfigError
+from benchmark.models import pretrained
+from benchmark.models.pretrained import (
+    BUILTIN_WEIGHTS,
+    OMNIGLOT_ALPHABET_BLOCKS,
+    is_source_candidate,
+    sha256_of,
+    verified_path,
+    weights_record,
+)
+from benchmark.models.trunks import build_model
+
+SPEC = BUILTIN_WEIGHTS.get("smallcnn-symbols")
+NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "food101", "tinyimagenet"}
+BUILTIN = "builtin:smallcnn-symbols"
+
+
+def _provenance() -> dict:  # type: ignore[type-arg]
+    return json.loads((pretrained.WEIGHTS_DIR / SPEC.provenance_file).read_text())
+
+
+def _source_codepoints() -> list[int]:
+    return [int(c[2:], 16) for c in _provenance()["source"]["classes"]]
+
+
+def _run_tiny(out: Path) -> str:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pretrain_trunk.py"), "--tiny", "--out", str(out)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    return sha256_of(out / "smallcnn-symbols.pt")
+
+
+def test_pretraining_script_reproduces_its_checksum_across_processes(tmp_path: Path) -> None:
+    first, second = _run_tiny(tmp_path / "a"), _run_tiny(tmp_path / "b")
+    assert first == second
+    prov = json.loads((tmp_path / "a" / "smallcnn-symbols.json").read_text())
+    assert prov["sha256"] == first
+    classes = prov["source"]["classes"]
+    assert prov["source"]["class_list_sha256"] == hashlib.sha256("\n".join(classes).encode()).hexdigest()
+    # The file is a trunk state dict that loads into smallcnn.
+    model = build_model(
+        "smallcnn", 1, 128, pretrained=True, weights_path=str(tmp_path / "a" / "smallcnn-symbols.pt"), seed=0
+    )
+    state = torch.load(tmp_path / "a" / "smallcnn-symbols.pt", weights_only=True)
+    assert torch.equal(model.trunk.state_dict()["features.0.weight"], state["features.0.weight"])
+
+
+def test_committed_weights_match_registry_and_provenance() -> None:
+    prov = _provenance()
+    assert sha256_of(verified_path(SPEC)) == SPEC.sha256 == prov["sha256"]
+    classes = prov["source"]["classes"]
+    assert len(classes) == prov["source"]["n_classes"] == len(set(classes))
+    assert prov["source"]["class_list_sha256"] == hashlib.sha256("\n".join(classes).encode()).hexdigest()
+    record = weights_record("smallcnn", True, BUILTIN)
+    assert record is not None and record["sha256"] == SPEC.sha256 and record["provenance"] == prov
+    assert weights_record("smallcnn", False, BUILTIN) is None
+
+
+def test_a_corrupted_builtin_file_is_refused_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "weights"
+    shutil.copytree(pretrained.WEIGHTS_DIR, copy)
+    data = bytearray((copy / SPEC.file).read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit in the tensor data
+    (copy / SPEC.file).write_bytes(bytes(data))
+    monkeypatch.setattr(pretrained, "WEIGHTS_DIR", copy)
+    with pytest.raises(ConfigError, match="sha256"):
+        build_model("smallcnn", 1, 128, pretrained=True, weights_path=BUILTIN, seed=0)
+    with pytest.raises(ConfigError, match="sha256"):
+        weights_record("smallcnn", True, BUILTIN)
+    (copy / SPEC.file).unlink()
+    with pytest.raises(ConfigError, match="missing"):
+        build_model("smallcnn", 1, 128, pretrained=True, weights_path=BUILTIN, seed=0)
+
+
+def test_builtin_weights_load_into_the_trunk_and_name_errors_are_clear() -> None:
+    model = build_model("smallcnn", 1, 128, pretrained=True, weights_path=BUILTIN, seed=0)
+    state = torch.load(verified_path(SPEC), weights_only=True)
+    for key, value in state.items():
+        assert torch.equal(model.trunk.state_dict()[key], value), key
+    with pytest.raises(ConfigError, match="builtin:smallcnn-symbols"):
+        weights_record("smallcnn", True, "builtin:nope")
+    with pytest.raises(ConfigError, match=r"model\.trunk"):
+        weights_record("resnet18", True, BUILTIN)
+
+
+# --- disjointness from every evaluated dataset --------------------------------------------------
+def test_source_classes_are_symbols_of_the_source_blocks() -> None:
+    for cp in _source_codepoints():
+        assert is_source_candidate(cp), f"U+{cp:04X}"
+        assert unicodedata.category(chr(cp)).startswith("S"), f"U+{cp:04X} is not a symbol"
+
+
+def _omniglot_alphabets(root: Path) -> set[str]:
+    """Alphabet folder names of the Omniglot sources (zips or folders) under ``root``."""
+    names: set[str] = set()
+    for source in sorted(root.glob("images_*")):
+        members = (
+            zipfile.ZipFile(source).namelist()
+            if source.suffix == ".zip"
+            else [str(p.relative_to(root)) for p in source.rglob("*.png")]
+        )
+        names |= {Path(m).parts[-3] for m in members if m.endswith(".png")}
+    return names
+
+
+def test_source_classes_are_disjoint_from_every_registered_dataset() -> None:
+    source = _source_codepoints()
+    assert source
+    checked = set()
+    for name in DATASETS.names():
+        if name == "glyphs":
+            # glyphs' classes are the code points is_class_candidate accepts (minus look-alikes).
+            assert not [f"U+{cp:04X}" for cp in source if is_class_candidate(cp)]
+        elif name == "omniglot":
+            # Omniglot's classes are characters of its 50 alphabets: no source code point may lie in
+            # the Unicode blocks of their scripts (invented scripts have none, and source classes
+            # are symbols, never letters, by test_source_classes_are_symbols_of_the_source_blocks).
+            assert len(OMNIGLOT_ALPHABET_BLOCKS) == 50
+            for alphabet, blocks in OMNIGLOT_ALPHABET_BLOCKS.items():
+                inside = [f"U+{cp:04X}" for cp in source for lo, hi in blocks if lo <= cp <= hi]
+                assert not inside, (alphabet, inside)
+        elif name == "svhn":
+            # House-number digits 0-9: no source class is a digit (nor any other non-symbol).
+            assert not [cp for cp in source if unicodedata.category(chr(cp)) == "Nd" or chr(cp).isdigit()]
+        elif name in NATURAL_IMAGE_DATASETS:
+            # Photographs of birds, cars, products, clothes, food, objects: their classes are objects,
+            # the source's are typographic symbols, so no identity can be shared; nothing finer to check.
+            pass
+        elif name == "folder":
+            # A user's own image folders: no class identity to compare with. What holds is that the
+            # source is rendered symbols (checked above), so a folder of natural images or of
+            # letters shares no class with it; a folder of rendered symbols is the user's business.
+            pass
+        else:
+            raise AssertionError(f"dataset {name!r} has no disjointness check against the pretraining source")
+        checked.add(name)
+    assert {"glyphs", "omniglot"} <= checked
+
+
+@pytest.mark.skipif(not OMNIGLOT.is_dir(), reason="the real Omniglot data is not on this machine")
+def test_every_omniglot_alphabet_present_has_a_script_mapping() -> None:
+    alphabets = _omniglot_alphabets(OMNIGLOT)
+    assert alphabets
+    assert not sorted(alphabets - set(OMNIGLOT_ALPHABET_BLOCKS))
