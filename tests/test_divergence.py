@@ -54,3 +54,10 @@ def test_nan_loss_fails_the_trial_and_the_study_continues(
     assert not trials[0]["interrupted"]
     assert result.record["search"]["best_trial"] != 0
     assert len(result.record["test"]["per_rep"]["separated"]["map_at_r"]) == 2
+    # The diverged fold counts in the search stage's stops; the smoke budget is labelled exempt.
+    convergence = result.record["convergence"]
+    assert convergence["search"]["counts"].get("diverged") == 1
+    assert convergence["search"]["n"] == 4 * len(trials)
+    assert convergence["test"]["n"] == 2 * 4 and convergence["verdict"] == "exempt"
+    stops = [f["stopped_by"] for rep in result.record["test"]["rep_details"] for f in rep["folds"]]
+    assert set(stops) <= {"patience", "max_epochs"} and len(stops) == 8

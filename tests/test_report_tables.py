@@ -115,9 +115,11 @@ def test_csv_exact(root: Path) -> None:
         "budget", "loss", "name", "seed", "reps", "commit",
         "separated_map_at_r_mean", "separated_map_at_r_ci",
         "concatenated_map_at_r_mean", "concatenated_map_at_r_ci",
+        "test_patience_stops", "test_fold_trainings", "search_patience_stops",
+        "search_fold_trainings", "convergence", "stops_derived",
     ]  # fmt: skip
     assert rows[1] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1",
-                       "0123456789", "0.05", "", "0.05", ""]  # fmt: skip
+                       "0123456789", "0.05", "", "0.05", "", "", "", "", "", "", ""]  # fmt: skip
     assert [r[1] for r in rows[2:]] == ["arcface", "mfcont"]
     assert float(rows[3][6]) == pytest.approx(0.30)
     assert float(rows[3][7]) == pytest.approx(0.024841377117503)
@@ -245,7 +247,9 @@ def test_report_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report_cmd.handle(_args(root, metrics="map_at_r", format="csv")) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].endswith("separated_map_at_r_mean,separated_map_at_r_ci,"
-                                        "concatenated_map_at_r_mean,concatenated_map_at_r_ci")  # fmt: skip
+                                        "concatenated_map_at_r_mean,concatenated_map_at_r_ci,"
+                                        "test_patience_stops,test_fold_trainings,search_patience_stops,"
+                                        "search_fold_trainings,convergence,stops_derived")  # fmt: skip
     with pytest.raises(DmlbenchError, match="Records exist for: glyphs/mlrc"):
         report_cmd.handle(_args(root, dataset="cars196"))
     write(root, [make_record("x", "X", {m: 0.1 for m in MLRC}, "1")], dataset="omniglot")

@@ -200,6 +200,9 @@ class CBIRRun(RepeatedRun):
             "scores": scores,
             "retrieval": extras,
             "epochs": result.epochs,
+            # Always "max_epochs": eval_every >= max_epochs leaves one validation, after the last
+            # epoch, so patience can never fire (no selection on the queries, by design).
+            "stopped_by": result.stopped_by,
             "n_anchors": None if anchors is None else len(anchors.classes),
         }
 

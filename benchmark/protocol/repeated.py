@@ -23,6 +23,7 @@ from benchmark.config import RunConfig
 from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
+from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.runner import (
     MLRCRun,
@@ -212,7 +213,7 @@ class RepeatedRun(MLRCRun):
             mode: {m: _interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics} for mode in modes
         }
         extra = self.extra_per_rep()
-        return {
+        record: dict[str, Any] = {
             **self.record_header(),
             "selection_on_test": self.SELECTION_ON_TEST,
             "notes": self.notes(),
@@ -244,6 +245,9 @@ class RepeatedRun(MLRCRun):
                 "torch_threads": torch.get_num_threads(),
             },
         }
+        # Each rep is one training: why it stopped (test stage; these protocols have no search).
+        record["convergence"] = convergence_summary(record)
+        return record
 
     #: Optimiser of the trunk, embedder and loss parameters (see train.OPTIMIZERS).
     OPTIMIZER = "rmsprop"

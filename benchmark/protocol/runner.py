@@ -48,6 +48,7 @@ from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
 from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
+from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
@@ -699,7 +700,7 @@ class MLRCRun:
                     "folds": t.user_attrs.get("folds", []),
                 }
             )
-        return {
+        record: dict[str, Any] = {
             **self.record_header(),
             "data": {
                 "dataset_fingerprint": self.dataset.fingerprint(),
@@ -746,6 +747,9 @@ class MLRCRun:
                 "study": self._study_name(),
             },
         }
+        # Why each fold training stopped, per stage (SPEC §2.6): computed from the folds above.
+        record["convergence"] = convergence_summary(record)
+        return record
 
     def write_record(self) -> None:
         self.record = self.build_record()

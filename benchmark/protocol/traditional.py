@@ -126,6 +126,7 @@ class TraditionalRun(RepeatedRun):
             "scores": {"test": scores},
             "best_epoch": result.best_epoch,
             "epochs": result.epochs,
+            "stopped_by": result.stopped_by,
             "curve": [[e, v] for e, v in result.curve],
         }
 

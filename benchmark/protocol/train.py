@@ -27,6 +27,18 @@ from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.metrics import evaluate
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
+from benchmark.protocol.convergence import STOP_REASONS
+
+#: Why a fold's training stopped (``FoldResult.stopped_by``):
+#:
+#: * ``patience``: validation MAP@R did not strictly improve for ``train.patience`` evaluations
+#:   (the protocol's early stop: the fold converged by MLRC's rule);
+#: * ``max_epochs``: ``train.max_epochs`` ran out first (training was cut short of its early stop,
+#:   unless selection is off by design, as in the cbir protocol where ``eval_every = max_epochs``);
+#: * ``diverged``: the loss, a gradient or the validation embeddings became NaN/inf
+#:   (:class:`TrainingDiverged`; such a fold has no result, records count it from the failure);
+#: * ``time``: the caller's wall-clock limit (``time_limit_s``) ran out at an evaluation.
+#: (:data:`~benchmark.protocol.convergence.STOP_REASONS`; the shares per record are computed there.)
 
 
 @dataclass
@@ -38,12 +50,18 @@ class FoldResult:
     epochs: int
     wall_s: float
     curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch, val MAP@R)
+    stopped_by: str = "max_epochs"  # one of STOP_REASONS
+
+    def __post_init__(self) -> None:
+        if self.stopped_by not in STOP_REASONS:
+            raise ValueError(f"internal: stopped_by {self.stopped_by!r} is not one of {STOP_REASONS}")
 
     def to_dict(self) -> dict[str, object]:
         return {
             "best_val_map_at_r": self.best_val,
             "best_epoch": self.best_epoch,
             "epochs": self.epochs,
+            "stopped_by": self.stopped_by,
             "wall_s": round(self.wall_s, 3),
             "curve": [[e, v] for e, v in self.curve],
         }
@@ -255,6 +273,7 @@ def train_with_loss(
     sampling: str = "m_per_class",
     prefetch_depth: int | None = None,
     on_step: StepCallback | None = None,
+    time_limit_s: float | None = None,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
@@ -263,6 +282,9 @@ def train_with_loss(
     ``on_step`` is called after every training step (for progress on slow epochs; cheap calls only).
     ``prefetch_depth`` batches are prepared ahead in a background thread (0: synchronously in this
     thread; None: :func:`default_prefetch_depth`); the results do not depend on it.
+    ``time_limit_s`` (None: no limit) stops training at the first validation after that many
+    wall seconds, with ``stopped_by = "time"`` (never a protocol setting: a fold cut by time has
+    not converged; benchmarks use it to bound a measurement).
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -313,6 +335,7 @@ def train_with_loss(
     best_loss_state = copy.deepcopy(loss_fn.state_dict())
     curve: list[tuple[int, float]] = []
     epoch = 0
+    stopped_by = "max_epochs"  # unless a rule below ends the loop first
     for epoch in range(1, tc.max_epochs + 1):
         set_train_mode(model, config.model.freeze_trunk_bn)
         loss_fn.train()
@@ -354,9 +377,14 @@ def train_with_loss(
             since_best += 1
         if on_epoch is not None:
             on_epoch(epoch, val_map, best_val)
+        # Patience first: a fold whose patience runs out at the last epoch still stopped by the rule.
         if since_best >= tc.patience:
+            stopped_by = "patience"
+            break
+        if time_limit_s is not None and epoch < tc.max_epochs and time.perf_counter() - t0 >= time_limit_s:
+            stopped_by = "time"
             break
     model.load_state_dict(best_state)
     loss_fn.load_state_dict(best_loss_state)
-    result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve)
+    result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve, stopped_by)
     return result, model, loss_fn

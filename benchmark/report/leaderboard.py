@@ -8,6 +8,12 @@ Protocols other than MLRC (``traditional``, ``cbir``) name their own evaluation 
 record (``test.modes`` with ``test.mode_labels``); their tables have one column group per mode, a
 cell of a mode a loss lacks (e.g. cbir's two-stage for a pair-based loss) is shown as ``–``, and
 the footer adds the records' notes (e.g. selection on test) and further per-rep summaries.
+
+Convergence (SPEC §2.6; :mod:`benchmark.protocol.convergence`): the footer gives, per loss, the
+share of fold trainings that stopped by patience in the test and the search stage; a loss whose
+run is "not converged" (fewer than 90% of its test-stage folds stopped by patience) carries that
+mark next to its name in the table, and the CSV/JSON carry the counts and the verdict. The
+``smoke`` budget's section says that it is exempt.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
+from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE, convergence_summary
 
 MODES = (("separated", "Sep."), ("concatenated", "Concat."))
 UNTRAINED = "untrained"
@@ -62,6 +69,16 @@ class Row:
     reps: int
     cells: dict[tuple[str, str], tuple[float, float]]  # (mode, metric) -> (mean, half_width)
     commit: str
+    #: :func:`~benchmark.protocol.convergence.convergence_summary` of the loss's record; None for
+    #: the untrained row.
+    convergence: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """The name as the table shows it: with the "not converged" mark where it applies."""
+        if self.convergence is not None and self.convergence["verdict"] == "not converged":
+            return f"{self.name} (not converged)"
+        return self.name
 
 
 def _latest_per_loss(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -106,7 +123,17 @@ def build_rows(records: Sequence[dict[str, Any]], metrics: Sequence[str], modes:
             for mode, _ in modes
             for m in metrics
         }
-        rows.append(Row(r["loss_display_name"], r["loss"], r["seed"], r["test"]["reps"], cells, _commit(r)))
+        rows.append(
+            Row(
+                r["loss_display_name"],
+                r["loss"],
+                r["seed"],
+                r["test"]["reps"],
+                cells,
+                _commit(r),
+                convergence_summary(r),
+            )
+        )
     return rows
 
 
@@ -169,7 +196,7 @@ def render_markdown(
         }
         lines += [
             "",
-            f"## Budget `{budget}`",
+            f"## Budget `{budget}`" + (f" ({EXEMPT_NOTE})" if budget in EXEMPT_BUDGETS else ""),
             "",
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
@@ -179,7 +206,7 @@ def render_markdown(
             for col in cols:
                 text = format_cell(*r.cells[col])
                 cells.append(f"**{text}**" if r.loss != UNTRAINED and r.cells[col][0] == best[col] else text)
-            lines.append("| " + " | ".join([r.name, *cells, str(r.reps), str(r.seed), r.commit]) + " |")
+            lines.append("| " + " | ".join([r.label, *cells, str(r.reps), str(r.seed), r.commit]) + " |")
         lines += ["", *_footer(budget, _latest_per_loss(records))]
     return "\n".join(lines) + "\n"
 
@@ -204,6 +231,7 @@ def _footer(budget: str, records: Sequence[dict[str, Any]]) -> list[str]:
         else [f"Budget `{budget}`; no hyperparameter search (loss defaults)."]
     )
     out += footer_notes(records)
+    out += convergence_footer(budget, records)
     if devs:
         out.append(
             "Deviations from the paper protocol: "
@@ -233,9 +261,76 @@ def footer_notes(records: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+#: How an exempt budget's section is labelled.
+EXEMPT_NOTE = "exempt from the convergence rule: checks the machinery, not the ranking (SPEC §2.6)"
+
+
+def format_share(stage: dict[str, Any]) -> str:
+    """``{"patience": 14, "n": 16, ...}`` -> ``"14/16 (88%)"``; ``"–"`` without fold trainings; a
+    trailing ``*`` when some stops were derived (records written before ``stopped_by``)."""
+    n = int(stage.get("n", 0))
+    if n == 0:
+        return "–"
+    text = f"{int(stage['patience'])}/{n} ({100.0 * int(stage['patience']) / n:.0f}%)"
+    return text + ("*" if stage.get("derived") else "")
+
+
+def convergence_footer(budget: str, records: Sequence[dict[str, Any]]) -> list[str]:
+    """Footer lines: per loss, fold trainings stopped by patience (test; search) and the verdict,
+    then the rule (and what ``*`` means where a record needed its stops derived)."""
+    if not records:
+        return []
+    summaries = [(str(r["loss"]), convergence_summary(r)) for r in records]
+    parts = [
+        f"{loss} test {format_share(c['test'])}, search {format_share(c['search'])}: {c['verdict']}"
+        for loss, c in summaries
+    ]
+    out = ["Fold trainings stopped by patience: " + "; ".join(parts) + "."]
+    rule = f"Convergence rule: {RULE}."
+    if budget in EXEMPT_BUDGETS:
+        rule += f" Budget `{budget}` is {EXEMPT_NOTE}."
+    if any(c[stage]["derived"] for _, c in summaries for stage in ("test", "search")):
+        rule += (
+            " * = derived for records written before fold results carried stopped_by: patience when "
+            "at least train.patience evaluations followed the best epoch, else max_epochs when the "
+            "last allowed epoch ran (unknown otherwise); a failed search trial's missing folds count "
+            "as diverged."
+        )
+    out.append(rule)
+    return out
+
+
 def _plain(x: float | None) -> str:
     value = _nan(x)
     return "–" if math.isnan(value) else f"{value:.3g}"
+
+
+#: Convergence columns of the CSV: fold trainings stopped by patience and all fold trainings per
+#: stage, the verdict, and how many stops were derived from an older record.
+CSV_CONVERGENCE = (
+    "test_patience_stops",
+    "test_fold_trainings",
+    "search_patience_stops",
+    "search_fold_trainings",
+    "convergence",
+    "stops_derived",
+)
+
+
+def csv_convergence(row: Row) -> list[str]:
+    """The :data:`CSV_CONVERGENCE` cells of a row (empty for the untrained row)."""
+    c = row.convergence
+    if c is None:
+        return [""] * len(CSV_CONVERGENCE)
+    derived = int(c["test"]["derived"]) + int(c["search"]["derived"])
+    return [
+        str(c["test"]["patience"]),
+        str(c["test"]["n"]),
+        str(c["search"]["patience"]),
+        str(c["search"]["n"]),
+        str(c["verdict"]),
+        str(derived),
+    ]
 
 
 def render_csv(by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str]) -> str:
@@ -247,6 +342,7 @@ def render_csv(by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str
     writer.writerow(
         ["budget", "loss", "name", "seed", "reps", "commit"]
         + [f"{mode}_{m}_{part}" for mode, m in cols for part in ("mean", "ci")]
+        + list(CSV_CONVERGENCE)
     )
     for budget in sorted(by_budget):
         for r in build_rows(by_budget[budget], metrics, modes):
@@ -254,7 +350,7 @@ def render_csv(by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str
             for col in cols:
                 mean, hw = r.cells[col]
                 values += ["" if math.isnan(mean) else repr(mean), "" if math.isnan(hw) else repr(hw)]
-            writer.writerow([budget, r.loss, r.name, r.seed, r.reps, r.commit, *values])
+            writer.writerow([budget, r.loss, r.name, r.seed, r.reps, r.commit, *values, *csv_convergence(r)])
     return buf.getvalue()
 
 

@@ -17,12 +17,15 @@ from typing import Any
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS, MLRC_METRICS
+from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE
 from benchmark.report.leaderboard import (
+    EXEMPT_NOTE,
     MODES,
     UNTRAINED,
     Modes,
     Row,
     build_rows,
+    convergence_footer,
     footer_notes,
     format_cell,
     load_records,
@@ -242,7 +245,7 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
         names = [latex_escape(METRICS.get(m).display_name) for _ in modes for m in metrics]
         lines += [
             "",
-            _comment(f"Budget {budget}"),
+            _comment(f"Budget {budget}" + (f" ({EXEMPT_NOTE})" if budget in EXEMPT_BUDGETS else "")),
             rf"\begin{{tabular}}{{{spec}}}",
             r"\hline",
             f" & {group} & \\\\",
@@ -250,7 +253,7 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
             r"\hline",
         ]
         for r in rows:
-            cells = [latex_escape(r.name)]
+            cells = [latex_escape(r.label)]
             for mode, _ in modes:
                 for m in metrics:
                     mean, hw = r.cells[(mode, m)]
@@ -274,6 +277,7 @@ def render_latex(dataset: str, protocol: str, by_budget: dict[str, Records], met
             )
         )
         lines += [_comment(note) for note in footer_notes(chosen)]
+        lines += [_comment(line) for line in convergence_footer(budget, chosen)]
         lines.append(
             _comment(
                 "Reps and commits: "
@@ -341,6 +345,8 @@ def leaderboard_data(
                     "reps": r.reps,
                     "commit": r.commit,
                     "cells": cells,
+                    # Why the fold trainings stopped (None for the untrained row).
+                    "convergence": _row_convergence(r),
                 }
             )
         budgets.append(
@@ -352,6 +358,7 @@ def leaderboard_data(
                 },
                 "deviations": deviations(chosen),
                 "notes": footer_notes(chosen),
+                "convergence_exempt": budget in EXEMPT_BUDGETS,
             }
         )
     return {
@@ -369,7 +376,15 @@ def leaderboard_data(
             for m in metrics
         ],
         "budgets": budgets,
+        "convergence_rule": RULE,
     }
+
+
+def _row_convergence(row: Row) -> dict[str, Any] | None:
+    """A row's convergence summary for the JSON, without the rule (stated once per document)."""
+    if row.convergence is None:
+        return None
+    return {k: v for k, v in row.convergence.items() if k != "rule"}
 
 
 def render_json(dataset: str, protocol: str, by_budget: dict[str, Records], metrics: Sequence[str]) -> str:

@@ -1,0 +1,306 @@
+"""Why a fold training stopped (``stopped_by``), the convergence shares of a record, and how the
+leaderboard shows them (SPEC §2.6)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import benchmark.protocol.train as train_module
+from benchmark.budgets import BUDGETS
+from benchmark.config import RunConfig, load_protocol_file, resolve_config
+from benchmark.data.base import ImageDataset
+from benchmark.protocol.convergence import convergence_summary, derive_stop
+from benchmark.protocol.train import FoldResult, train_with_loss
+from benchmark.report.leaderboard import write_leaderboard
+from benchmark.report.tables import leaderboard_data, render_latex, select_records
+
+CPU = torch.device("cpu")
+
+
+# -- the training loop ----------------------------------------------------------------------------
+
+
+def _config(**overrides: Any) -> RunConfig:
+    user = {
+        "train.batch_size": 16,
+        "train.iters_per_epoch": 2,
+        "train.max_epochs": 6,
+        "train.eval_every": 1,
+        "train.patience": 2,
+        **overrides,
+    }
+    config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get("smoke").overrides, user)
+    return config
+
+
+def _toy(n_classes: int = 12, per_class: int = 6) -> tuple[ImageDataset, ImageDataset]:
+    rng = np.random.default_rng(1)
+    images = torch.from_numpy(rng.integers(0, 256, (n_classes * per_class, 1, 28, 28), dtype=np.uint8))
+    data = ImageDataset("toy", images, np.repeat(np.arange(n_classes, dtype=np.int64), per_class))
+    classes = data.classes()
+    return data.subset(classes[:8].tolist()), data.subset(classes[8:].tolist())
+
+
+def _train_with_validation(
+    monkeypatch: pytest.MonkeyPatch, values: list[float], **kw: Any
+) -> tuple[FoldResult, list[int]]:
+    """Train a toy fold whose validation MAP@R follows ``values``; also return the evaluated epochs."""
+    seq: Iterator[float] = iter(values)
+    calls: list[int] = []
+
+    def fake_evaluate(
+        emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str]
+    ) -> dict[str, float]:
+        calls.append(len(calls) + 1)
+        return {"map_at_r": next(seq)}
+
+    monkeypatch.setattr(train_module, "evaluate", fake_evaluate)
+    train, val = _toy()
+    result, _, _ = train_with_loss(
+        config=kw.pop("config", _config()),
+        loss_name="contrastive",
+        loss_params={},
+        train=train,
+        val=val,
+        augment=None,
+        seed=3,
+        device=CPU,
+        **kw,
+    )
+    return result, calls
+
+
+def test_flat_validation_stops_by_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Best at epoch 2, then a tie (not a strict improvement) and a drop: patience 2 runs out at 4.
+    result, calls = _train_with_validation(monkeypatch, [0.3, 0.5, 0.5, 0.4, 0.9, 0.9])
+    assert result.stopped_by == "patience"
+    assert (result.best_epoch, result.epochs, len(calls)) == (2, 4, 4)
+    assert result.to_dict()["stopped_by"] == "patience"
+    assert derive_stop(result.to_dict(), {"max_epochs": 6, "eval_every": 1, "patience": 2}) == "patience"
+
+
+def test_rising_validation_stops_by_max_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    result, _ = _train_with_validation(monkeypatch, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert (result.stopped_by, result.best_epoch, result.epochs) == ("max_epochs", 6, 6)
+    assert derive_stop(result.to_dict(), {"max_epochs": 6, "eval_every": 1, "patience": 2}) == "max_epochs"
+
+
+def test_patience_running_out_at_the_last_epoch_counts_as_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    result, _ = _train_with_validation(
+        monkeypatch, [0.1, 0.5, 0.4, 0.3], config=_config(**{"train.max_epochs": 4})
+    )
+    assert (result.stopped_by, result.best_epoch, result.epochs) == ("patience", 2, 4)
+
+
+def test_time_limit_stops_at_the_first_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls = _train_with_validation(monkeypatch, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], time_limit_s=0.0)
+    assert (result.stopped_by, result.epochs, len(calls)) == ("time", 1, 1)
+
+
+def test_single_validation_schedule_stops_by_max_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cbir protocol's schedule (eval_every = max_epochs): patience can never fire.
+    config = _config(**{"train.max_epochs": 3, "train.eval_every": 3, "train.patience": 1})
+    result, calls = _train_with_validation(monkeypatch, [0.2], config=config)
+    assert (result.stopped_by, result.epochs, len(calls)) == ("max_epochs", 3, 1)
+
+
+def test_fold_result_rejects_an_unknown_reason() -> None:
+    with pytest.raises(ValueError, match="stopped_by"):
+        FoldResult(0.5, 1, 1, 0.1, [], "bored")
+
+
+# -- derivation for records written before stopped_by ---------------------------------------------
+
+TRAIN = {"max_epochs": 10, "eval_every": 2, "patience": 2}
+
+
+@pytest.mark.parametrize(
+    ("fold", "expected"),
+    [
+        # Evaluations at 2, 4, 6: two after the best (2) -> patience, whatever the cap.
+        ({"best_epoch": 2, "epochs": 6}, "patience"),
+        # Evaluations at 2..10 with the last one best: the cap ended it.
+        ({"best_epoch": 10, "epochs": 10}, "max_epochs"),
+        # One evaluation after the best at the cap: too few for patience 2.
+        ({"best_epoch": 8, "epochs": 10}, "max_epochs"),
+        # Stopped early with too few evaluations after the best: no rule explains it.
+        ({"best_epoch": 4, "epochs": 6}, "unknown"),
+        ({"epochs": 10}, "unknown"),  # no best epoch, several evaluations
+        ({"best_epoch": 2}, "unknown"),
+    ],
+)
+def test_derive_stop(fold: dict[str, int], expected: str) -> None:
+    assert derive_stop(fold, TRAIN) == expected
+
+
+def test_derive_stop_without_best_epoch_on_a_fixed_schedule() -> None:
+    fixed = {"max_epochs": 8, "eval_every": 8, "patience": 5}
+    assert derive_stop({"epochs": 8}, fixed) == "max_epochs"
+    assert derive_stop({"epochs": 8}, {"max_epochs": 8}) == "unknown"  # settings missing
+
+
+# -- records and the leaderboard -------------------------------------------------------------------
+
+METRICS = ["map_at_r"]
+
+
+def _fold(stopped_by: str | None, best: int = 3, epochs: int = 3) -> dict[str, Any]:
+    fold: dict[str, Any] = {"best_val_map_at_r": 0.5, "best_epoch": best, "epochs": epochs, "wall_s": 1.0}
+    if stopped_by is not None:
+        fold["stopped_by"] = stopped_by
+    return fold
+
+
+def mlrc_record(
+    loss: str, display: str, test_patience: int, *, budget: str = "mini", stored: bool = True
+) -> dict[str, Any]:
+    """16 test folds of which ``test_patience`` stopped by patience; 3 search trials (one diverged)."""
+    reasons = ["patience"] * test_patience + ["max_epochs"] * (16 - test_patience)
+
+    def fold_for(reason: str) -> dict[str, Any]:
+        if stored:
+            return _fold(reason)
+        # An older record: no stopped_by; best epoch 1 of 3 (two evaluations after it) is a
+        # patience stop under patience 2, best epoch 3 of 3 is the cap.
+        return _fold(None, best=1 if reason == "patience" else 3)
+
+    reps = [{"rep": r, "folds": [fold_for(x) for x in reasons[4 * r : 4 * r + 4]]} for r in range(4)]
+    summary = {"map_at_r": {"mean": 0.3, "half_width": 0.01}}
+    return {
+        "loss": loss,
+        "loss_display_name": display,
+        "budget": budget,
+        "seed": 0,
+        "created": loss,
+        "config": {"protocol": {"n_folds": 4}, "train": {"max_epochs": 3, "eval_every": 1, "patience": 2}},
+        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
+        "search": {
+            "n_trials": 3,
+            "trials": [
+                {"state": "COMPLETE", "folds": [fold_for("patience")] * 4},
+                {"state": "COMPLETE", "folds": [fold_for("patience")] * 3 + [fold_for("max_epochs")]},
+                # Fold 2 diverged: the trial failed with three finished folds.
+                {
+                    "state": "FAIL",
+                    "failure": "fold 2: loss became nan",
+                    "interrupted": False,
+                    "folds": [fold_for("patience")] * 3,
+                },
+            ],
+        },
+        "test": {
+            "reps": 4,
+            "metrics": METRICS,
+            "summary": {"separated": summary, "concatenated": summary},
+            "rep_details": reps,
+        },
+        "untrained": {mode: {"map_at_r": 0.05} for mode in ("separated", "concatenated")},
+    }
+
+
+def test_record_shares_per_stage() -> None:
+    c = convergence_summary(mlrc_record("ms", "MS", 14))
+    assert (c["test"]["patience"], c["test"]["n"], c["test"]["share"]) == (14, 16, 14 / 16)
+    assert c["test"]["counts"] == {"patience": 14, "max_epochs": 2}
+    assert c["search"]["counts"] == {"patience": 10, "max_epochs": 1, "diverged": 1}
+    assert (c["search"]["patience"], c["search"]["n"]) == (10, 12)
+    assert c["verdict"] == "not converged"  # 87.5% < 90%
+    assert convergence_summary(mlrc_record("ms", "MS", 15))["verdict"] == "converged"  # 93.75%
+    assert convergence_summary(mlrc_record("ms", "MS", 0, budget="smoke"))["verdict"] == "exempt"
+
+
+def test_older_records_derive_the_same_shares() -> None:
+    stored = convergence_summary(mlrc_record("ms", "MS", 14))
+    derived = convergence_summary(mlrc_record("ms", "MS", 14, stored=False))
+    for stage in ("test", "search"):
+        assert derived[stage]["counts"] == stored[stage]["counts"]
+        assert stored[stage]["derived"] == (1 if stage == "search" else 0)  # the diverged fold
+    assert derived["test"]["derived"] == 16 and derived["verdict"] == stored["verdict"]
+
+
+def test_repeated_protocol_records() -> None:
+    train = {"max_epochs": 8, "eval_every": 8, "patience": 5}
+    cbir = {"budget": "mini", "config": {"train": train}, "test": {"rep_details": [{"epochs": 8}] * 3}}
+    c = convergence_summary(cbir)
+    assert c["test"]["counts"] == {"max_epochs": 3} and c["search"]["n"] == 0
+    assert c["verdict"] == "fixed schedule"
+    traditional = {
+        "budget": "mini",
+        "config": {"train": {"max_epochs": 8, "eval_every": 1, "patience": 3}},
+        "test": {"rep_details": [{"best_epoch": 2, "epochs": 5, "stopped_by": "patience"}] * 3},
+    }
+    assert convergence_summary(traditional)["verdict"] == "converged"
+
+
+def _write(root: Path, records: list[dict[str, Any]]) -> Path:
+    folder = root / "glyphs" / "mlrc" / "records"
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in records:
+        (folder / f"{r['loss']}.{r['budget']}.json").write_text(json.dumps(r))
+    return root
+
+
+def test_leaderboard_shows_shares_and_the_not_converged_mark(tmp_path: Path) -> None:
+    root = _write(
+        tmp_path,
+        [
+            mlrc_record("ms", "MS", 14),
+            mlrc_record("arcface", "ArcFace", 16, stored=False),
+            mlrc_record("mfcont", "MFCont", 2, budget="smoke"),
+        ],
+    )
+    md_path, csv_path = write_leaderboard(root, "glyphs", "mlrc")
+    md = md_path.read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ")]
+    assert any(line.startswith("| MS (not converged) |") for line in rows)
+    assert any(line.startswith("| ArcFace |") for line in rows)
+    assert any(line.startswith("| MFCont |") for line in rows)  # smoke: exempt, not marked
+    assert (
+        "Fold trainings stopped by patience: arcface test 16/16 (100%)*, search 10/12 (83%)*: converged; "
+        "ms test 14/16 (88%), search 10/12 (83%)*: not converged." in md
+    )
+    assert "Fold trainings stopped by patience: mfcont test 2/16 (12%), search 10/12 (83%)*: exempt." in md
+    assert "## Budget `smoke` (exempt from the convergence rule" in md
+    assert "fewer than 90% of its test-stage fold trainings" in md
+    rows_csv = {(r["budget"], r["loss"]): r for r in csv.DictReader(io.StringIO(csv_path.read_text()))}
+    ms = rows_csv[("mini", "ms")]
+    assert (ms["test_patience_stops"], ms["test_fold_trainings"], ms["convergence"]) == (
+        "14",
+        "16",
+        "not converged",
+    )
+    assert (ms["search_patience_stops"], ms["search_fold_trainings"]) == ("10", "12")
+    assert rows_csv[("mini", "arcface")]["stops_derived"] == str(16 + 12)
+    assert rows_csv[("mini", "untrained")]["convergence"] == ""
+    by_budget = select_records(root, "glyphs", "mlrc")
+    assert r"MS (not converged) & " in render_latex("glyphs", "mlrc", by_budget, METRICS)
+    data = leaderboard_data("glyphs", "mlrc", by_budget, METRICS)
+    mini = next(b for b in data["budgets"] if b["budget"] == "mini")
+    conv = {r["loss"]: r["convergence"] for r in mini["rows"]}
+    assert conv["untrained"] is None
+    assert conv["ms"]["test"]["share"] == pytest.approx(14 / 16) and conv["ms"]["verdict"] == "not converged"
+    assert "fewer than 90%" in data["convergence_rule"]
+
+
+def test_committed_older_records_still_render() -> None:
+    # The repository's own records predate stopped_by: they load and get derived shares.
+    results = Path(__file__).resolve().parent.parent / "results"
+    folders = sorted(p for p in results.glob("*/*/records") if any(p.glob("*.json")))
+    assert folders, "no committed records to check"
+    for folder in folders:
+        dataset, protocol = folder.parent.parent.name, folder.parent.name
+        by_budget = select_records(results, dataset, protocol)
+        data = leaderboard_data(dataset, protocol, by_budget, [])
+        for budget in data["budgets"]:
+            for row in budget["rows"][1:]:
+                assert row["convergence"]["verdict"] in {"converged", "not converged", "fixed schedule"}
+                assert row["convergence"]["test"]["n"] > 0
