@@ -17,7 +17,7 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +43,9 @@ class ProtocolSection:
     # loss and every run seed is scored on the same queries, as with a dataset's official split.
     query_fraction: float = 0.25
     split_seed: int = 0
+    # The traditional protocol's class split: the first ``train_classes`` sorted class ids train,
+    # the rest test; 0 = half of the classes (SOP's paper value is its official 11,318).
+    train_classes: int = 0
 
 
 @dataclass(frozen=True)
@@ -279,18 +282,34 @@ def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
     return "mlrc"
 
 
+#: A dataset's paper settings under a protocol: ``(dataset name, protocol name)`` -> dotted-key
+#: settings (e.g. MLRC's per-dataset convergence schedule, SPEC §2.2). The runner passes one that
+#: reads :attr:`benchmark.data.base.DatasetSpec.protocol_settings`; this module stays torch-free.
+DatasetSettings = Callable[[str, str], Mapping[str, Any]]
+
+
 def resolve_config(
     protocol_data: Mapping[str, Any],
     budget_overrides: Mapping[str, Any],
     user_overrides: Mapping[str, Any],
+    dataset_settings: DatasetSettings | None = None,
 ) -> tuple[RunConfig, RunConfig]:
-    """Return ``(resolved, paper)``: protocol ∘ budget ∘ user overrides, and the protocol alone.
+    """Return ``(resolved, paper)``: protocol ∘ dataset ∘ budget ∘ user overrides, and the paper
+    configuration, protocol ∘ dataset.
 
+    The dataset layer (``dataset_settings(dataset, protocol)``, for the dataset the other layers
+    choose) holds the values the papers used on that dataset, such as Cars196's MLRC schedule
+    (eval every 5 epochs, patience 3): they are part of the paper configuration, so a user who
+    sets them is not deviating, while a budget or user value that differs from them is.
     Each layer is validated on its own first so an error names the layer's key.
     """
-    paper = config_from_mapping(protocol_data)
     budget_nested = dotted_to_nested(budget_overrides)
     user_nested = dotted_to_nested(user_overrides)
+    if dataset_settings is not None:
+        chosen = config_from_mapping(_deep_merge(_deep_merge(protocol_data, budget_nested), user_nested))
+        settings = dataset_settings(chosen.data.dataset, chosen.protocol.name)
+        protocol_data = _deep_merge(protocol_data, dotted_to_nested(settings))
+    paper = config_from_mapping(protocol_data)
     config_from_mapping(_deep_merge(protocol_data, budget_nested))
     merged = _deep_merge(_deep_merge(protocol_data, budget_nested), user_nested)
     resolved = config_from_mapping(merged)
@@ -300,7 +319,11 @@ def resolve_config(
 
 #: Settings that only one protocol reads: setting them for another protocol would be silently
 #: ignored, so it is an error instead.
-PROTOCOL_ONLY_KEYS: dict[str, str] = {"protocol.query_fraction": "cbir", "protocol.split_seed": "cbir"}
+PROTOCOL_ONLY_KEYS: dict[str, str] = {
+    "protocol.query_fraction": "cbir",
+    "protocol.split_seed": "cbir",
+    "protocol.train_classes": "traditional",
+}
 
 
 def _check_protocol_only_keys(config: RunConfig) -> None:
@@ -347,3 +370,39 @@ def deviations(resolved: RunConfig, paper: RunConfig) -> list[Deviation]:
     a = _flatten(config_to_dict(resolved))
     b = _flatten(config_to_dict(paper))
     return [Deviation(k, b.get(k), a[k]) for k in sorted(a) if k not in NOT_DEVIATIONS and a[k] != b.get(k)]
+
+
+def describe_schedule(
+    resolved: RunConfig,
+    paper: RunConfig,
+    budget: str,
+    budget_overrides: Mapping[str, Any],
+    dataset_declared: bool,
+) -> dict[str, Any]:
+    """The convergence schedule a run used and where each value came from, for the run record.
+
+    ``source`` maps eval_every and patience to ``"paper"`` (the paper's value for this dataset;
+    ``paper_from`` says whether the dataset declared its own schedule or the protocol file's
+    applies), ``"budget <name>"`` (set by the budget) or ``"user"`` (``--set``).
+    """
+    source: dict[str, str] = {}
+    for key in ("eval_every", "patience"):
+        value = getattr(resolved.train, key)
+        if value == getattr(paper.train, key):
+            source[key] = "paper"
+        elif budget_overrides.get(f"train.{key}") == value:
+            source[key] = f"budget {budget}"
+        else:
+            source[key] = "user"
+    return {
+        "eval_every": resolved.train.eval_every,
+        "patience": resolved.train.patience,
+        "max_epochs": resolved.train.max_epochs,
+        "source": source,
+        "paper": {"eval_every": paper.train.eval_every, "patience": paper.train.patience},
+        "paper_from": (
+            f"dataset {resolved.data.dataset!r} ({resolved.protocol.name} schedule)"
+            if dataset_declared
+            else f"protocols/{resolved.protocol.name}.toml"
+        ),
+    }

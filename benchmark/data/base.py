@@ -9,6 +9,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,6 +101,14 @@ class DatasetSpec:
     description: str
     requires_data_dir: bool
     load: Callable[[DatasetOptions], ImageDataset]
+    protocol_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The papers' settings for this dataset, per protocol name, as dotted config keys applied on
+    top of the protocol file and counted as paper values (not deviations), e.g. MLRC's schedule
+    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (SPEC §2.2)."""
+
+    def settings_for(self, protocol: str) -> Mapping[str, Any]:
+        """This dataset's paper settings under ``protocol`` (empty: the protocol file's values)."""
+        return self.protocol_settings.get(protocol, {})
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")

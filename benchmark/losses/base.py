@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -116,12 +116,22 @@ class LossSpec:
     source: Literal["pml", "dmlbench"] = "pml"
     description: str = ""
     """One line for ``dmlbench list losses``."""
+    dataset_defaults: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Values the papers state for particular datasets (dataset name -> {hyperparameter: value}),
+    e.g. SoftTriple's K = 2 centres without regulariser on SOP. On that dataset they replace the
+    defaults and are fixed (not searched); runs record them and do not count them as deviations."""
 
     def __post_init__(self) -> None:
         # A malformed spec is a programming error in a loss module, caught at import time.
         extra = sorted(set(self.search_space) - set(self.defaults))
         if extra:
             raise DmlbenchError(f"Loss {self.name!r}: search keys {extra} have no default.")
+        for dataset, values in self.dataset_defaults.items():
+            unknown = sorted(set(values) - set(self.defaults))
+            if unknown:
+                raise DmlbenchError(
+                    f"Loss {self.name!r}: dataset_defaults[{dataset!r}] sets {unknown} without a default."
+                )
         if self.has_parameters != (PARAM_LR in self.defaults):
             raise DmlbenchError(
                 f"Loss {self.name!r}: {PARAM_LR!r} must be a default exactly when has_parameters."
@@ -132,6 +142,10 @@ class LossSpec:
                     f"Loss {self.name!r}: default {key}={self.defaults[key]} is outside its "
                     f"search range [{dim.low}, {dim.high}]."
                 )
+
+    def defaults_for(self, dataset: str) -> dict[str, float]:
+        """The paper's fixed values of this loss on ``dataset`` (empty for most datasets)."""
+        return {k: float(v) for k, v in self.dataset_defaults.get(dataset, {}).items()}
 
     @property
     def m_per_class(self) -> int:

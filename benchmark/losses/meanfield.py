@@ -195,9 +195,10 @@ register_loss(
         name="cwms",
         display_name="ClassWiseMultiSimilarity",
         factory=_cwms,
-        # SPEC gives no defaults; MultiSimilarity's (α, β, base) = (2, 50, 0.5), since the
-        # class-wise terms have the same exponents as MultiSimilarity's.
-        defaults={"alpha": 2.0, "beta": 50.0, "delta": 0.5},
+        # SPEC gives no defaults; the authors' code (mft-in-dml train.py: --alpha 0.01, --beta 80,
+        # --mrg 0.8, passed to ClassWiseMultiSimilarityLoss as alpha, beta, base) does, the same
+        # values as mfcwms. They matter for the protocols without search (traditional, cbir).
+        defaults={"alpha": 0.01, "beta": 80.0, "delta": 0.8},
         search_space={
             "alpha": SearchDim(0.01, 100.0, log=True),
             "beta": SearchDim(0.01, 100.0, log=True),

@@ -16,7 +16,8 @@ Choices where SPEC / MLRC leave room:
   same formula, but PML's softmax-then-log gives infinite gradients at large ``softmax_scale``.
 * ``ms-miner`` is MultiSimilarityLoss on the pairs selected by MultiSimilarityMiner(ε).
 * ``softtriple`` uses K = ``centers_per_class`` = 10 centres and PML's SparseCentersRegularizer
-  with weight τ; with K = 1 the regulariser is undefined and omitted.
+  with weight τ; with K = 1 the regulariser is undefined and omitted. On SOP the paper's K = 2
+  without regulariser applies (``dataset_defaults``).
 * Search ranges SPEC states without a scale are linear, as in MLRC.
 
 Batches without a positive pair (possible only off the MLRC sampler): ``triplet``, ``ntxent``,
@@ -196,7 +197,8 @@ def _softtriple(ctx: LossContext, p: Mapping[str, float]) -> nn.Module:
     check_positive("softtriple", p, "gamma")
     k = check_integer("softtriple", p, "centers_per_class", 1)
     reg = {}
-    if k > 1:
+    # K = 1 has no centres to spread; weight 0 (SOP, as the paper) means no regulariser at all.
+    if k > 1 and p["reg_weight"] > 0:
         reg = {
             "weight_regularizer": regularizers.SparseCentersRegularizer(ctx.num_classes, k),
             "weight_reg_weight": p["reg_weight"],
@@ -237,6 +239,7 @@ def _pml(
     pair_based: bool,
     description: str,
     param_weight_decay: float = 1e-4,
+    dataset_defaults: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     has_parameters = PARAM_LR in defaults
     register_loss(
@@ -252,6 +255,7 @@ def _pml(
             param_weight_decay=param_weight_decay,
             source="pml",
             description=description,
+            dataset_defaults=dataset_defaults or {},
         )
     )
 
@@ -372,6 +376,9 @@ _pml(
     },
     pair_based=False,
     description="Softmax over K centres per class with a sparse-centres regulariser τ.",
+    # SoftTriple paper §5 (SOP): "each class has about 5 images, so we set K = 2 for this data set
+    # and discard the regularizer"; MLRC's SOP SoftTriple has no regulariser either.
+    dataset_defaults={"sop": {"centers_per_class": 2.0, "reg_weight": 0.0}},
 )
 _pml(
     "proxyanchor",

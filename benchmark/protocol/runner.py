@@ -30,6 +30,7 @@ from benchmark.config import (
     RunConfig,
     config_hash,
     config_to_dict,
+    describe_schedule,
     deviations,
     load_protocol_file,
     protocol_kind,
@@ -166,12 +167,13 @@ class MLRCRun:
             user["search.sampler"] = req.sampler
         protocol_data = load_protocol_file(req.protocol)
         overrides = budget.overrides_for(protocol_kind(protocol_data))
-        self.config, self.paper = resolve_config(protocol_data, overrides, user)
+        self.budget_overrides = overrides
+        self.config, self.paper = resolve_config(protocol_data, overrides, user, dataset_paper_settings)
         cached = self._cached_trunk_weights()
         if cached is not None and cached.found is not None:
             # Recorded as if given with --trunk-weights: the run record names the file used.
             user["model.trunk_weights"] = str(cached.found)
-            self.config, self.paper = resolve_config(protocol_data, overrides, user)
+            self.config, self.paper = resolve_config(protocol_data, overrides, user, dataset_paper_settings)
             self.progress.message(f"pretrained trunk weights from the {cached.cache} cache: {cached.found}")
         self._validate_names(self.config)
         self.deviations: list[Deviation] = deviations(self.config, self.paper)
@@ -212,13 +214,15 @@ class MLRCRun:
 
     def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
         spec = self.loss_spec
-        fixed = dict(self.config.loss)
-        unknown = sorted(set(fixed) - set(spec.defaults))
+        unknown = sorted(set(self.config.loss) - set(spec.defaults))
         if unknown:
             raise ConfigError(
                 f"Unknown loss.{unknown[0]} for loss {spec.name!r}; its hyperparameters are: "
                 f"{', '.join(spec.defaults)}."
             )
+        # The paper's values for this dataset (SOP SoftTriple: K = 2, no regulariser) are fixed
+        # like the user's --set loss.X, which still wins (and is a recorded deviation).
+        fixed = {**spec.defaults_for(self.config.data.dataset), **self.config.loss}
         space = {k: d for k, d in spec.search_space.items() if k not in fixed}
         for loss_name, ranges in self.config.space.items():
             other = LOSSES.get(loss_name)  # an unknown loss name in [space.X] is an error too
@@ -671,7 +675,22 @@ class MLRCRun:
             "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
             # The trunk's weights file, its sha256 and (built-in weights) how it was made; None: random init.
             "trunk_weights": weights_record(c.model.trunk, c.model.pretrained, c.model.trunk_weights),
+            # The dataset's own paper settings (SPEC §2.2 schedule, ...) and the schedule used.
+            "dataset_paper_settings": dict(dataset_paper_settings(c.data.dataset, c.protocol.name)),
+            "schedule": self.schedule_info(),
+            "loss_dataset_defaults": self.loss_spec.defaults_for(c.data.dataset),
         }
+
+    def schedule_info(self) -> dict[str, Any]:
+        """The convergence schedule used and where its values came from (paper, budget, user)."""
+        declared = dataset_paper_settings(self.config.data.dataset, self.config.protocol.name)
+        return describe_schedule(
+            self.config,
+            self.paper,
+            self.request.budget,
+            self.budget_overrides,
+            any(k in declared for k in ("train.eval_every", "train.patience")),
+        )
 
     def build_record(self) -> dict[str, Any]:
         c = self.config
@@ -809,6 +828,11 @@ class MLRCRun:
         self.write_record()
         self.update_leaderboard()
         return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
+
+
+def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
+    """The registered dataset's paper settings under ``protocol`` (DatasetSpec.protocol_settings)."""
+    return DATASETS.get(dataset).settings_for(protocol)
 
 
 def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:

@@ -49,16 +49,23 @@ class HalfSplit:
     test: tuple[int, ...]
 
 
-def half_split(classes: Sequence[int]) -> HalfSplit:
+def half_split(classes: Sequence[int], train_classes: int = 0) -> HalfSplit:
     """First half of the sorted class ids for training, second half for testing (odd N: test gets
-    the extra class). A DataError when either half would have fewer than 2 classes."""
+    the extra class); with ``train_classes`` > 0 the first that many classes train (SOP's official
+    11,318). A DataError when either part would have fewer than 2 classes."""
     ids = sorted({int(c) for c in classes})
     if len(ids) < 4:
         raise DataError(
             f"The traditional protocol's half/half class split needs at least 4 classes, got {len(ids)}."
         )
-    half = len(ids) // 2
-    return HalfSplit(tuple(ids[:half]), tuple(ids[half:]))
+    cut = train_classes if train_classes > 0 else len(ids) // 2
+    if not 2 <= cut <= len(ids) - 2:
+        raise DataError(
+            f"protocol.train_classes = {train_classes} leaves fewer than 2 test or training classes: "
+            f"the dataset has {len(ids)} classes (after data.max_classes). Set protocol.train_classes "
+            "to a smaller number, or 0 for half of the classes."
+        )
+    return HalfSplit(tuple(ids[:cut]), tuple(ids[cut:]))
 
 
 def traditional_param_lr(loss_name: str, has_parameters: bool) -> float | None:
@@ -86,11 +93,15 @@ class TraditionalRun(RepeatedRun):
         return params
 
     def split(self) -> None:
-        self.halves = half_split(self.dataset.classes().tolist())
+        self.halves = half_split(self.dataset.classes().tolist(), self.config.protocol.train_classes)
         self.train_set: ImageDataset = self.dataset.subset(list(self.halves.train))
         self.test_set: ImageDataset = self.dataset.subset(list(self.halves.test))
         self.split_info = {
-            "split": "half/half of sorted class ids",
+            "split": (
+                f"first {self.config.protocol.train_classes} sorted class ids / the rest"
+                if self.config.protocol.train_classes > 0
+                else "half/half of sorted class ids"
+            ),
             "n_train_classes": len(self.halves.train),
             "n_test_classes": len(self.halves.test),
             "n_train_images": len(self.train_set.labels),
