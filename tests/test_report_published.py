@@ -316,3 +316,13 @@ def test_published_dir_falls_back_to_the_shipped_tables(tmp_path: Path) -> None:
     assert published_dir(tmp_path) == SHIPPED_DIR
     (tmp_path / "published").mkdir()
     assert published_dir(tmp_path) == tmp_path / "published"
+
+
+def test_cli_subprocess(cub_root: Path, tmp_path: Path) -> None:
+    # The option reaches the real argument parser (the handler tests above bypass it).
+    from cli_helpers import dmlbench
+
+    args = ("report", "--dataset", "cub200", "--published", "--results-dir", str(cub_root))
+    ok = dmlbench(*args, cache=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "# Published numbers beside ours: `cub200`, protocol `mlrc`" in ok.stdout
