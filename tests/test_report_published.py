@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import re
 from pathlib import Path
@@ -316,3 +317,34 @@ def test_published_dir_falls_back_to_the_shipped_tables(tmp_path: Path) -> None:
     assert published_dir(tmp_path) == SHIPPED_DIR
     (tmp_path / "published").mkdir()
     assert published_dir(tmp_path) == tmp_path / "published"
+
+
+def test_cli_subprocess(cub_root: Path, tmp_path: Path) -> None:
+    # The option reaches the real argument parser (the handler tests above bypass it).
+    from cli_helpers import dmlbench
+
+    args = ("report", "--dataset", "cub200", "--published", "--results-dir", str(cub_root))
+    ok = dmlbench(*args, cache=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "# Published numbers beside ours: `cub200`, protocol `mlrc`" in ok.stdout
+
+
+def test_traditional_join_uses_the_test_mode_and_epochs() -> None:
+    # A committed traditional record (one 512-d model, mode "test", epochs in extra_summary) read as
+    # if it were CUB's: MAP@R gets a verdict, epochs to best (one paper only) gets none.
+    path = Path(__file__).parents[1] / "results" / "omniglot" / "traditional" / "records"
+    record = json.loads(next(path.glob("proxyanchor.*.json")).read_text(encoding="utf-8"))
+    matches = join([record], load_published(SHIPPED_DIR), "cub200", "traditional")
+    by_metric = {m.metric: m for m in matches if m.loss == "proxyanchor"}
+    assert set(by_metric) == {"map_at_r", "epochs_to_best"}
+    assert all(m.mode == "test" and m.embedding_dim == 512 for m in by_metric.values())
+    mapr, epochs = by_metric["map_at_r"], by_metric["epochs_to_best"]
+    assert mapr.ours == pytest.approx(100 * record["test"]["summary"]["test"]["map_at_r"]["mean"])
+    table2 = {
+        v.metric: v
+        for v in _values("meanfield2024.tsv")
+        if (v.table, v.dataset, v.published_name) == ("Table 2", "cub200", "ProxyAnch.")
+    }
+    assert mapr.published == table2["map_at_r"] and mapr.within is not None
+    assert epochs.ours == pytest.approx(record["test"]["extra_summary"]["epochs_to_best"]["mean"])
+    assert epochs.published == table2["epochs_to_best"] and epochs.within is None

@@ -363,7 +363,7 @@ def render_markdown(
         f"Published values from {folder} ({', '.join(t.path.name for t in tables)}); they are kept out of "
         "the leaderboard's rows, its bold best values and its significance tests.",
         "Δ = ours − published (points). Within tolerance when |Δ| ≤ reproduction tolerance + our 95% "
-        "half-width + the published ± (where published); the bound is shown in brackets.",
+        "half-width + the published ± (where published); the bound is shown in parentheses.",
         "Reproduction tolerance per metric = the largest difference between the MLRC and Mean-Field "
         "papers' independent runs of the same cell: "
         + (", ".join(f"{_metric_label(m)} {t:.2f}" for m, t in sorted(tolerance.items())) or "none")
