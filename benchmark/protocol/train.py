@@ -242,7 +242,11 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """The optimiser ``kind`` (one of :data:`OPTIMIZERS`) over ``params``."""
     if kind == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, momentum=momentum)
+        # foreach: one multi-tensor call per update instead of a Python loop over the parameters
+        # (torch uses the loop by default on the CPU). The same arithmetic, bit-identical weights
+        # (benchmarks/step_variants.py), fewer dispatches: measured 0.66x (2 threads) and 0.97x
+        # (1 thread) of the loop's step time on the loaded 2-core machine.
+        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, momentum=momentum, foreach=True)
     if kind == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if kind == "adam":
