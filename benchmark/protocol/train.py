@@ -113,6 +113,12 @@ def _batch_input(
     """Model input for the rows ``idx``: cached features as they are, or (augmented) images."""
     if isinstance(data, FeatureDataset):
         return data.features[idx]
+    train_crops = getattr(data.images, "train_crops", None)
+    if augment is not None and train_crops is not None:
+        # Photos decoded from disk: crops come from the whole image (shorter side 256), not from
+        # the evaluation's centre square (SPEC §2.2; benchmark.data.standard.LazyImages).
+        crops: torch.Tensor = train_crops(idx, augment, gen)
+        return crops
     images = data.images[idx]
     # augment None ("none"): train on the eval transform, e.g. for frozen-feature ablations.
     return eval_batch(images) if augment is None else train_batch(images, augment, gen)
