@@ -39,6 +39,10 @@ class AugmentSpec:
 # The paper pipeline (SPEC §2.2): RandomResizedCrop(scale 0.16-1, ratio 3/4-4/3) and horizontal flip.
 PAPER_AUGMENT = AugmentSpec(scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3), max_rotation_deg=0.0, hflip=True)
 
+# torchvision's RandomResizedCrop defaults (scale 0.08-1, ratio 3/4-4/3) and horizontal flip: the
+# training transform of the Proxy-Anchor / Mean-Field code (their traditional protocol).
+IMAGENET_AUGMENT = AugmentSpec(scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), max_rotation_deg=0.0, hflip=True)
+
 # Characters (glyphs, omniglot) at ~28 px: crops keep at least 80% of the area (>= 89% of each side)
 # because accents and dots near the border separate classes (E/É, i/ı) and a tighter crop would
 # cut them off; a near-square ratio and 10 degrees of rotation mimic handwriting and font variation

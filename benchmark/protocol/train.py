@@ -27,6 +27,7 @@ from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.metrics import evaluate
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
+from benchmark.protocol.training_options import LoopControl, configure_model
 
 
 @dataclass
@@ -94,10 +95,11 @@ def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingMo
     if isinstance(data, FeatureDataset):
         if not config.model.frozen_trunk:
             raise ValueError("internal: feature data given to a run without model.frozen_trunk")
-        return build_head(int(data.features.shape[1]), config.model.embedding_dim, seed)
+        head = build_head(int(data.features.shape[1]), config.model.embedding_dim, seed)
+        return configure_model(head, config.model, seed)
     if config.model.frozen_trunk:
         raise ValueError("internal: model.frozen_trunk is set but the fold data are images, not features")
-    return build_model(
+    model = build_model(
         config.model.trunk,
         data.images.shape[1],
         config.model.embedding_dim,
@@ -105,6 +107,8 @@ def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingMo
         weights_path=config.model.trunk_weights,
         seed=seed,
     )
+    # Pooling, embedder init, BatchNorm γ/β freezing (off for MLRC; see training_options).
+    return configure_model(model, config.model, seed)
 
 
 def _batch_input(
@@ -298,6 +302,8 @@ def train_with_loss(
             spec.param_weight_decay,
             tc.param_momentum,
         )
+    # Warm-up, step lr decay, gradient clipping (all off for MLRC; see training_options).
+    control = LoopControl(tc, model, [opt] if loss_opt is None else [opt, loss_opt])
 
     rng = np.random.default_rng(seed)
     sampler: MPerClassSampler | PassSampler
@@ -322,6 +328,7 @@ def train_with_loss(
     for epoch in range(1, tc.max_epochs + 1):
         set_train_mode(model, config.model.freeze_trunk_bn)
         loss_fn.train()
+        control.start_epoch(epoch)
         # One prefetcher per epoch: the producer never draws past the epoch's batches, so a
         # patience stop leaves no batch half-prepared, and validation does not compete with it.
         with Prefetcher(
@@ -339,11 +346,13 @@ def train_with_loss(
                 loss.backward()
                 if not _grads_finite(model_params + loss_param_list):
                     raise TrainingDiverged(f"non-finite gradient at epoch {epoch}")
+                control.after_backward()
                 opt.step()
                 if loss_opt is not None:
                     loss_opt.step()
                 if on_step is not None:
                     on_step(epoch, step, iters)
+        control.end_epoch()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
         emb = embed_samples(model, val, device)
@@ -362,6 +371,7 @@ def train_with_loss(
             on_epoch(epoch, val_map, best_val)
         if since_best >= tc.patience:
             break
+    control.finish()
     model.load_state_dict(best_state)
     loss_fn.load_state_dict(best_loss_state)
     result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve)
