@@ -59,7 +59,9 @@ class LazyImageDataset:
     ``paths`` are relative to ``root`` (POSIX separators); ``labels`` is int64 ``(N,)`` with stable
     class ids; ``file_sizes`` (bytes) enter the fingerprint so that a re-extracted, different copy
     is noticed without hashing every image. Decoding resizes the shorter side to
-    ``round(S * resize_ratio)`` and centre-crops ``S x S`` (:func:`decode_image`).
+    ``round(S * resize_ratio)`` and centre-crops ``S x S`` (:func:`decode_image`): the evaluation
+    input. Training batches crop from the whole resized image instead
+    (:meth:`LazyImages.train_crops`, SPEC §2.2).
 
     It duck-types :class:`ImageDataset` for the trainer: ``images`` is a :class:`LazyImages` view
     with ``shape == (N, 3, S, S)``, ``len()`` and indexing by int, slice, index array/tensor or
