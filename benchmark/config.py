@@ -74,6 +74,15 @@ class ModelConfig:
     # Frozen-trunk mode: trunk features computed once and cached on disk; only the embedder trains
     # (benchmark.models.features). Requires data.augment = "none".
     frozen_trunk: bool = False
+    # BatchNorm gamma/beta frozen too (not only the running statistics), as the Mean-Field
+    # authors' code does (benchmark.protocol.training_options).
+    freeze_trunk_bn_affine: bool = False
+    # Global pooling of the trunk's last feature map: "avg" (MLRC) or "avg+max" (their sum, the
+    # Proxy-Anchor / Mean-Field code's BN-Inception).
+    pooling: str = "avg"
+    # Embedder initialisation: "default" (torch's Linear init, MLRC) or "kaiming" (He normal,
+    # fan-out, zero bias, as the Proxy-Anchor / Mean-Field code).
+    embedder_init: str = "default"
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,14 @@ class TrainConfig:
     weight_decay: float = 1e-4
     momentum: float = 0.9
     param_momentum: float = 0.9
+    # Loop options of the traditional protocol's authors' code (0 = off, the MLRC loop):
+    # epochs at the start that train only the embedder and the loss's parameters (trunk frozen),
+    warmup_epochs: int = 0
+    # every lr multiplied by lr_decay_gamma after each lr_decay_step epochs (StepLR),
+    lr_decay_step: int = 0
+    lr_decay_gamma: float = 1.0
+    # and each trunk/embedder gradient clipped to [-clip_grad_value, clip_grad_value].
+    clip_grad_value: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -335,6 +352,20 @@ def _check_protocol_only_keys(config: RunConfig) -> None:
                 f"{key} = {values[key]!r} is only read by the {owner!r} protocol; this run's protocol "
                 f"is {config.protocol.name!r}. Remove the setting or use --protocol {owner}."
             )
+
+
+#: Settings added after run records and regression baselines existed, with the value that
+#: reproduces the earlier computation exactly (the MLRC loop). Identities that must stay
+#: comparable with stored ones (``dmlbench regress``) leave them out while they hold that value.
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "model.freeze_trunk_bn_affine": False,
+    "model.pooling": "avg",
+    "model.embedder_init": "default",
+    "train.warmup_epochs": 0,
+    "train.lr_decay_step": 0,
+    "train.lr_decay_gamma": 1.0,
+    "train.clip_grad_value": 0.0,
+}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
+from benchmark.data.augment import AugmentSpec, train_batch_from_whole
 from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, rows_of_classes
 from benchmark.errors import DataError
 from benchmark.registry import Registry
@@ -58,7 +59,9 @@ class LazyImageDataset:
     ``paths`` are relative to ``root`` (POSIX separators); ``labels`` is int64 ``(N,)`` with stable
     class ids; ``file_sizes`` (bytes) enter the fingerprint so that a re-extracted, different copy
     is noticed without hashing every image. Decoding resizes the shorter side to
-    ``round(S * resize_ratio)`` and centre-crops ``S x S`` (:func:`decode_image`).
+    ``round(S * resize_ratio)`` and centre-crops ``S x S`` (:func:`decode_image`): the evaluation
+    input. Training batches crop from the whole resized image instead
+    (:meth:`LazyImages.train_crops`, SPEC §2.2).
 
     It duck-types :class:`ImageDataset` for the trainer: ``images`` is a :class:`LazyImages` view
     with ``shape == (N, 3, S, S)``, ``len()`` and indexing by int, slice, index array/tensor or
@@ -97,6 +100,26 @@ class LazyImageDataset:
         else:
             arrays = [decode(f) for f in files]
         return torch.from_numpy(np.stack(arrays))
+
+    @property
+    def train_short_side(self) -> int:
+        """Shorter side of the whole images training crops are taken from (256 for 227 px)."""
+        return max(self.image_size, round(self.image_size * self.resize_ratio))
+
+    def load_whole_images(self, indices: Iterable[int]) -> list[torch.Tensor]:
+        """The images at ``indices`` uncropped, shorter side :attr:`train_short_side`: uint8 (3, H, W)."""
+        files = [self.root / self.paths[int(i)] for i in indices]
+        short = self.train_short_side
+
+        def decode(path: Path) -> np.ndarray:
+            return decode_whole_image(path, short, dataset=self.name)
+
+        if self.decode_threads > 1 and len(files) > 1:
+            with ThreadPoolExecutor(min(self.decode_threads, len(files))) as pool:
+                arrays = list(pool.map(decode, files))
+        else:
+            arrays = [decode(f) for f in files]
+        return [torch.from_numpy(a) for a in arrays]
 
     def classes(self) -> np.ndarray:
         """Sorted unique class ids."""
@@ -174,6 +197,17 @@ class LazyImages:
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def train_crops(
+        self, index: torch.Tensor | np.ndarray | Sequence[int], spec: AugmentSpec, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Augmented training batch (B, 3, S, S) float32 of the rows ``index``: random resized crops
+        from the whole images (shorter side 256 at S = 227), not from the S x S evaluation crop."""
+        if isinstance(index, torch.Tensor):
+            index = index.detach().cpu().numpy()
+        positions = np.asarray(index, dtype=np.int64).reshape(-1)
+        whole = self.dataset.load_whole_images(positions.tolist())
+        return train_batch_from_whole(whole, spec, generator, self.dataset.image_size)
+
     def __getitem__(self, index: IndexLike) -> torch.Tensor:
         """Decoded images: (3, S, S) for an int, (B, 3, S, S) for a slice, index array or mask."""
         n = len(self.dataset)
@@ -210,7 +244,26 @@ def decode_image(
     Bilinear (antialiased) resizing, as torchvision's ``Resize`` on PIL images; grayscale and CMYK
     files (a few in CUB) are converted to RGB.
     """
-    short = max(size, round(size * resize_ratio))
+    rgb = _decode_resized(path, max(size, round(size * resize_ratio)), dataset)
+    new_w, new_h = rgb.size
+    # Centre offsets rounded like torchvision's CenterCrop.
+    left, top = round((new_w - size) / 2), round((new_h - size) / 2)
+    rgb = rgb.crop((left, top, left + size, top + size))
+    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1).copy()
+
+
+def decode_whole_image(path: Path, short: int, *, dataset: str = "") -> np.ndarray:
+    """uint8 RGB (3, H, W): the whole image with its shorter side resized to ``short``, uncropped.
+
+    The training input of photo datasets (SPEC §2.2: resize the shorter side to 256, then a
+    random resized crop from all of it); the decoding cost is that of :func:`decode_image`.
+    """
+    rgb = _decode_resized(path, short, dataset)
+    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1).copy()
+
+
+def _decode_resized(path: Path, short: int, dataset: str) -> Image.Image:
+    """The RGB image at ``path`` with its shorter side resized to ``short`` (aspect ratio kept)."""
     try:
         with Image.open(path) as img:
             # JPEGs decode directly at 1/2, 1/4 or 1/8 scale when that still covers `short`: a large
@@ -227,10 +280,7 @@ def decode_image(
     new_w, new_h = max(short, round(width * scale)), max(short, round(height * scale))
     if (new_w, new_h) != (width, height):
         rgb = rgb.resize((new_w, new_h), Image.Resampling.BILINEAR)
-    # Centre offsets rounded like torchvision's CenterCrop.
-    left, top = round((new_w - size) / 2), round((new_h - size) / 2)
-    rgb = rgb.crop((left, top, left + size, top + size))
-    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1).copy()
+    return rgb
 
 
 AnyImageDataset = ImageDataset | LazyImageDataset

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ConfigError
-from benchmark.models.trunks import TrunkSpec
+from benchmark.models.trunks import TrunkSpec, pool_feature_map
 
 FEATURE_DIM = 1024
 
@@ -114,6 +114,7 @@ class BNInception(nn.Module):
                 f"BN-Inception converts RGB or grayscale dmlbench batches; got {in_channels} input channels."
             )
         self.input_convention = input_convention
+        self.global_pool = "avg"  # or "avg+max" (model.pooling, the Proxy-Anchor/Mean-Field code's)
         self._convs: list[str] = []  # creation order, for parameter_names() and tests
         self._add_conv("conv1_7x7_s2", in_channels, 64, 7, stride=2, padding=3)
         self._add_conv("conv2_3x3_reduce", 64, 64, 1)
@@ -164,7 +165,7 @@ class BNInception(nn.Module):
         return pixels - mean.to(pixels.dtype)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Globally average-pooled 1024-d features of a batch (B, C, H, W)."""
+        """Globally pooled (average, or average + max) 1024-d features of a batch (B, C, H, W)."""
         x = self._cbr("conv1_7x7_s2", self._to_caffe(x))
         # ceil_mode pooling as in Caffe: 224 or 227 px reach the 7x7 map of the original network.
         x = F.max_pool2d(x, 3, stride=2, ceil_mode=True)
@@ -172,7 +173,7 @@ class BNInception(nn.Module):
         x = F.max_pool2d(x, 3, stride=2, ceil_mode=True)
         for b in _BLOCKS:
             x = self._block(b, x)
-        return x.mean(dim=(2, 3))
+        return pool_feature_map(x, self.global_pool)
 
     def _block(self, b: _Block, x: torch.Tensor) -> torch.Tensor:
         branches: list[torch.Tensor] = []

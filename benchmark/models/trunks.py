@@ -127,6 +127,13 @@ def lookup_cached_weights(spec: TrunkSpec) -> WeightsLookup:
 TRUNKS: Registry[TrunkSpec] = Registry("trunk")
 
 
+def pool_feature_map(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """(B, C, H, W) -> (B, C): global average pooling, or with ``"avg+max"`` the sum of global
+    average and global max pooling (the Proxy-Anchor / Mean-Field code's BN-Inception)."""
+    avg = x.mean(dim=(2, 3))
+    return avg if mode == "avg" else avg + x.amax(dim=(2, 3))
+
+
 class SmallCNN(nn.Module):
     """Four conv-BN-ReLU blocks with max-pooling, global average pooling: the CPU default trunk."""
 
@@ -142,10 +149,10 @@ class SmallCNN(nn.Module):
             prev = w
         self.features = nn.Sequential(*layers)
         self.out_dim = prev
+        self.global_pool = "avg"  # or "avg+max" (model.pooling)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.features(x).mean(dim=(2, 3))
-        return out
+        return pool_feature_map(self.features(x), self.global_pool)
 
 
 def _small_cnn(in_channels: int) -> tuple[nn.Module, int]:

@@ -37,7 +37,7 @@ from benchmark.config import (
     resolve_config,
 )
 from benchmark.data import DATASETS, DatasetOptions, load_dataset
-from benchmark.data.augment import CHARACTER_AUGMENT, PAPER_AUGMENT, AugmentSpec
+from benchmark.data.augment import CHARACTER_AUGMENT, IMAGENET_AUGMENT, PAPER_AUGMENT, AugmentSpec
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, mlrc_split
 from benchmark.errors import ConfigError, DmlbenchError
@@ -55,6 +55,7 @@ from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, Worker
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, build_fold_model, embed_samples
+from benchmark.protocol.training_options import validate_training_options
 from benchmark.search.storage import (
     DEFAULT_HEARTBEAT_S,
     fail_stale,
@@ -90,6 +91,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 AUGMENTS: dict[str, AugmentSpec | None] = {
     "paper": PAPER_AUGMENT,
+    "imagenet": IMAGENET_AUGMENT,
     "characters": CHARACTER_AUGMENT,
     "none": None,
 }
@@ -863,6 +865,7 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
             f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
             f"data.augment = {c.data.augment!r}; add --set data.augment=none."
         )
+    validate_training_options(c)
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}.")

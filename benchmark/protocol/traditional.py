@@ -3,14 +3,19 @@
 Choices, each recorded in the run record:
 
 * **Split**: the sorted class ids cut in half; train = the first ``N // 2`` classes, test = the
-  rest (an odd class goes to test). No validation classes, no cross-validation.
+  rest (an odd class goes to test), or the first ``protocol.train_classes`` when set (SOP declares
+  its official 11,318 / 11,316). No validation classes, no cross-validation.
 * **Hyperparameters**: the loss's defaults (no search); ``--set loss.X=...`` fixes others. Loss
   parameters (proxies, anchors, β) train with AdamW at lr 1e-2, mean fields (``mf*`` losses) at
   2e-1 (:func:`traditional_param_lr`), unless ``loss.param_lr`` is set.
 * **Training**: AdamW (``train.lr``, ``train.weight_decay``) for trunk and embedder; an epoch is
   one pass over the training images (``train.iters_per_epoch = 0``: as many full batches as
   fit in the training set); class-based losses draw plain random batches that cover every image
-  once per pass, pair-based ones draw that many batches of m = 4 images per class.
+  once per pass, pair-based ones draw that many batches of m = 4 images per class. The loop is
+  the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.protocol.training_options`):
+  a warm-up epoch training only the embedder and loss parameters, lr halved every 10 epochs,
+  gradients clipped at 10, BatchNorm fully frozen, avg+max pooling, kaiming embedder, and
+  RandomResizedCrop(224, scale 0.08-1) from the whole image.
 * **Selection on test (the classic flaw, labelled)**: after every ``eval_every`` epochs the
   model is scored by MAP@R on the *test* classes; training stops after ``patience`` scores
   without strict improvement and the best-scoring epoch is the model reported. The record says

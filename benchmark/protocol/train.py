@@ -28,6 +28,7 @@ from benchmark.metrics import evaluate
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
 from benchmark.protocol.convergence import STOP_REASONS
+from benchmark.protocol.training_options import LoopControl, configure_model
 
 #: Why a fold's training stopped (``FoldResult.stopped_by``):
 #:
@@ -112,10 +113,11 @@ def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingMo
     if isinstance(data, FeatureDataset):
         if not config.model.frozen_trunk:
             raise ValueError("internal: feature data given to a run without model.frozen_trunk")
-        return build_head(int(data.features.shape[1]), config.model.embedding_dim, seed)
+        head = build_head(int(data.features.shape[1]), config.model.embedding_dim, seed)
+        return configure_model(head, config.model, seed)
     if config.model.frozen_trunk:
         raise ValueError("internal: model.frozen_trunk is set but the fold data are images, not features")
-    return build_model(
+    model = build_model(
         config.model.trunk,
         data.images.shape[1],
         config.model.embedding_dim,
@@ -123,6 +125,8 @@ def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingMo
         weights_path=config.model.trunk_weights,
         seed=seed,
     )
+    # Pooling, embedder init, BatchNorm γ/β freezing (off for MLRC; see training_options).
+    return configure_model(model, config.model, seed)
 
 
 def _batch_input(
@@ -131,6 +135,12 @@ def _batch_input(
     """Model input for the rows ``idx``: cached features as they are, or (augmented) images."""
     if isinstance(data, FeatureDataset):
         return data.features[idx]
+    train_crops = getattr(data.images, "train_crops", None)
+    if augment is not None and train_crops is not None:
+        # Photos decoded from disk: crops come from the whole image (shorter side 256), not from
+        # the evaluation's centre square (SPEC §2.2; benchmark.data.standard.LazyImages).
+        crops: torch.Tensor = train_crops(idx, augment, gen)
+        return crops
     images = data.images[idx]
     # augment None ("none"): train on the eval transform, e.g. for frozen-feature ablations.
     return eval_batch(images) if augment is None else train_batch(images, augment, gen)
@@ -318,6 +328,8 @@ def train_with_loss(
             spec.param_weight_decay,
             tc.param_momentum,
         )
+    # Warm-up, step lr decay, gradient clipping (all off for MLRC; see training_options).
+    control = LoopControl(tc, model, [opt] if loss_opt is None else [opt, loss_opt])
 
     rng = np.random.default_rng(seed)
     sampler: MPerClassSampler | PassSampler
@@ -343,6 +355,7 @@ def train_with_loss(
     for epoch in range(1, tc.max_epochs + 1):
         set_train_mode(model, config.model.freeze_trunk_bn)
         loss_fn.train()
+        control.start_epoch(epoch)
         # One prefetcher per epoch: the producer never draws past the epoch's batches, so a
         # patience stop leaves no batch half-prepared, and validation does not compete with it.
         with Prefetcher(
@@ -360,11 +373,13 @@ def train_with_loss(
                 loss.backward()
                 if not _grads_finite(model_params + loss_param_list):
                     raise TrainingDiverged(f"non-finite gradient at epoch {epoch}")
+                control.after_backward()
                 opt.step()
                 if loss_opt is not None:
                     loss_opt.step()
                 if on_step is not None:
                     on_step(epoch, step, iters)
+        control.end_epoch()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
         emb = embed_samples(model, val, device)
@@ -388,6 +403,7 @@ def train_with_loss(
         if time_limit_s is not None and epoch < tc.max_epochs and time.perf_counter() - t0 >= time_limit_s:
             stopped_by = "time"
             break
+    control.finish()
     model.load_state_dict(best_state)
     loss_fn.load_state_dict(best_loss_state)
     result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve, stopped_by)

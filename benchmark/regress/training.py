@@ -16,6 +16,7 @@ import torch
 
 from benchmark.budgets import BUDGETS
 from benchmark.config import (
+    NEUTRAL_DEFAULTS,
     PROTOCOL_ONLY_KEYS,
     RunConfig,
     config_to_dict,
@@ -59,6 +60,10 @@ class PreparedCase:
             if self.config.protocol.name != owner:
                 section, name = key.split(".")
                 config[section].pop(name, None)
+        for key, neutral in NEUTRAL_DEFAULTS.items():
+            section, name = key.split(".")
+            if config[section].get(name) == neutral:
+                config[section].pop(name)
         identity = {
             "config": config,
             "params": self.params,

@@ -1,0 +1,124 @@
+"""Model and training-loop options beyond MLRC's loop, as the Mean-Field authors' code runs the
+traditional protocol (mft-in-dml ``train.py``, adapted from Proxy-Anchor's; protocols/traditional.toml).
+
+Every option is off by default (the MLRC loop of SPEC §2.2 is unchanged) and set by config keys:
+
+* ``model.pooling = "avg+max"``: the trunk's last feature map is pooled by the *sum* of global
+  average and global max pooling (their BN-Inception: ``gap(x) + gmp(x)``);
+* ``model.embedder_init = "kaiming"``: embedder weights He-normal with fan-out, bias 0;
+* ``model.freeze_trunk_bn_affine``: BatchNorm γ/β do not train either (their ``bn_freeze``);
+* ``train.warmup_epochs``: the first epochs train only the embedder and the loss's parameters;
+* ``train.lr_decay_step`` / ``lr_decay_gamma``: every learning rate times gamma after each step of
+  epochs (torch's StepLR, stepped after every epoch, as theirs);
+* ``train.clip_grad_value``: each trunk/embedder gradient clipped to ±value before the step
+  (``clip_grad_value_(model.parameters(), 10)``; their loss parameters are not clipped).
+
+:mod:`benchmark.protocol.train` calls :func:`configure_model` when it builds a model and a
+:class:`LoopControl` at the start of each epoch, after each backward pass and after each epoch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from benchmark.config import ModelConfig, RunConfig, TrainConfig
+from benchmark.errors import ConfigError
+from benchmark.models.trunks import EmbeddingModel
+
+POOLINGS = ("avg", "avg+max")
+EMBEDDER_INITS = ("default", "kaiming")
+# Offset of the embedder-init seed from the model seed: the init draws its own numbers and must
+# not repeat the trunk's first draws.
+_INIT_SEED_OFFSET = 7919
+
+
+def validate_training_options(config: RunConfig) -> None:
+    """ConfigError naming the key for an option value the loop cannot run with."""
+    m, t = config.model, config.train
+    if m.pooling not in POOLINGS:
+        raise ConfigError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {m.pooling!r}.")
+    if m.embedder_init not in EMBEDDER_INITS:
+        raise ConfigError(
+            f"model.embedder_init must be one of {', '.join(EMBEDDER_INITS)}, got {m.embedder_init!r}."
+        )
+    if m.frozen_trunk and (m.pooling != "avg" or m.freeze_trunk_bn_affine):
+        raise ConfigError(
+            "model.frozen_trunk = true caches average-pooled trunk features; model.pooling must be 'avg' "
+            "and model.freeze_trunk_bn_affine false (the trunk does not train anyway)."
+        )
+    if t.warmup_epochs < 0:
+        raise ConfigError(f"train.warmup_epochs must be >= 0, got {t.warmup_epochs}.")
+    if t.lr_decay_step < 0:
+        raise ConfigError(f"train.lr_decay_step must be >= 0 (0 = no decay), got {t.lr_decay_step}.")
+    if not 0 < t.lr_decay_gamma <= 1:
+        raise ConfigError(f"train.lr_decay_gamma must be in (0, 1], got {t.lr_decay_gamma}.")
+    if t.clip_grad_value < 0:
+        raise ConfigError(f"train.clip_grad_value must be >= 0 (0 = no clipping), got {t.clip_grad_value}.")
+
+
+def configure_model(model: EmbeddingModel, options: ModelConfig, seed: int) -> EmbeddingModel:
+    """Apply pooling, embedder initialisation and BatchNorm γ/β freezing to a freshly built model."""
+    if options.pooling != "avg":
+        if not hasattr(model.trunk, "global_pool"):
+            raise ConfigError(
+                f"model.pooling = {options.pooling!r} needs a trunk that pools its own feature map "
+                f"(bninception, smallcnn); trunk {options.trunk!r} has a fixed pooling."
+            )
+        setattr(model.trunk, "global_pool", options.pooling)  # noqa: B010  (nn.Module typing)
+    if options.embedder_init == "kaiming":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + _INIT_SEED_OFFSET)
+            nn.init.kaiming_normal_(model.embedder.weight, mode="fan_out")
+            nn.init.zeros_(model.embedder.bias)
+    if options.freeze_trunk_bn_affine:
+        for module in model.trunk.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                for param in module.parameters(recurse=False):
+                    param.requires_grad_(False)
+    return model
+
+
+class LoopControl:
+    """Warm-up, learning-rate steps and gradient clipping of one fold's training loop."""
+
+    def __init__(
+        self, options: TrainConfig, model: nn.Module, optimizers: list[torch.optim.Optimizer]
+    ) -> None:
+        self.options = options
+        self.model = model
+        trunk = getattr(model, "trunk", None)
+        # Trunk parameters that train after the warm-up (BatchNorm γ/β frozen for good stay so).
+        self.trunk_params = [p for p in trunk.parameters() if p.requires_grad] if trunk is not None else []
+        self.schedulers = (
+            [
+                torch.optim.lr_scheduler.StepLR(
+                    opt, step_size=options.lr_decay_step, gamma=options.lr_decay_gamma
+                )
+                for opt in optimizers
+            ]
+            if options.lr_decay_step > 0
+            else []
+        )
+
+    def start_epoch(self, epoch: int) -> None:
+        """Freeze the trunk during the warm-up epochs (1-based ``epoch``), unfreeze it afterwards."""
+        if self.options.warmup_epochs > 0:
+            trains = epoch > self.options.warmup_epochs
+            for param in self.trunk_params:
+                param.requires_grad_(trains)
+
+    def after_backward(self) -> None:
+        """Clip the model's gradients element-wise (before the optimiser step)."""
+        if self.options.clip_grad_value > 0:
+            torch.nn.utils.clip_grad_value_(self.model.parameters(), self.options.clip_grad_value)
+
+    def end_epoch(self) -> None:
+        """Advance the learning-rate schedule by one epoch."""
+        for scheduler in self.schedulers:
+            scheduler.step()
+
+    def finish(self) -> None:
+        """Leave the trunk trainable again (a fold may end inside the warm-up)."""
+        for param in self.trunk_params:
+            param.requires_grad_(True)
