@@ -166,3 +166,15 @@ def test_every_omniglot_alphabet_present_has_a_script_mapping() -> None:
     alphabets = _omniglot_alphabets(OMNIGLOT)
     assert alphabets
     assert not sorted(alphabets - set(OMNIGLOT_ALPHABET_BLOCKS))
+
+
+def test_mini_budget_fine_tunes_the_builtin_trunk() -> None:
+    from benchmark.protocol.runner import MLRCRun, RunRequest
+
+    run = MLRCRun(RunRequest(loss="mfcont", budget="mini", quiet=True, device="cpu"))
+    run.resolve()  # validates the built-in name, its trunk and the file's sha256
+    m = run.config.model
+    assert (m.trunk, m.pretrained, m.trunk_weights) == ("smallcnn", True, BUILTIN)
+    # The weights file is not a deviation from the paper; the trunk is.
+    assert "model.trunk_weights" not in {d.key for d in run.deviations}
+    assert "model.trunk" in {d.key for d in run.deviations}
