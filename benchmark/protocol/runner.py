@@ -47,6 +47,7 @@ from benchmark.metrics import METRICS, evaluate
 from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
+from benchmark.plugins import record_sources
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
@@ -668,7 +669,15 @@ class MLRCRun:
             "run_dir": str(self.run_dir),
             "config": config_to_dict(c),
             "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            **self._plugin_sources(),
         }
+
+    def _plugin_sources(self) -> dict[str, Any]:
+        """``plugins``: where the run's outside components came from (absent when all are built in)."""
+        c = self.config
+        used = {"loss": self.loss_spec.name, "dataset": c.data.dataset, "trunk": c.model.trunk}
+        sources = record_sources(used)
+        return {"plugins": sources} if sources else {}
 
     def build_record(self) -> dict[str, Any]:
         c = self.config
