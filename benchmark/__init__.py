@@ -1,7 +1,9 @@
 """dmlbench: a benchmark suite for deep-metric-learning losses (MLRC protocol and friends).
 
-``from benchmark import run, report`` is the Python API (:mod:`benchmark.api`). Importing this
-package stays light (no torch): the API is loaded on first use.
+The Python API is :mod:`benchmark.api` (``from benchmark.api import run, report``); ``benchmark.run``
+is the same function. Importing this package stays light (no torch): the API loads on first use.
+``report`` is not offered here because ``benchmark.report`` is the report subpackage: once that is
+imported, the attribute is the subpackage, whatever this module exports.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from benchmark.api import report, run
+    from benchmark.api import run
 
-__all__ = ["__version__", "report", "run"]
+__all__ = ["__version__", "run"]
 
 
 def __getattr__(name: str) -> Any:
     # PEP 562: `benchmark.run` imports benchmark.api (and through it torch) only when first used.
-    if name in ("run", "report"):
+    if name == "run":
         from benchmark import api
 
-        return getattr(api, name)
+        return api.run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 ::
 
-    from benchmark import report, run
+    from benchmark.api import report, run
 
     result = run("my_loss.py:MyLoss", budget="smoke")  # or a registered name: run("contrastive")
     result.record["test"]["summary"]["concatenated"]["map_at_r"]  # {"mean": ..., "half_width": ...}
