@@ -220,6 +220,7 @@ def make_distribution(site: Path, module: str, entry_points: str, dist: str = "f
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
     (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    (info / "top_level.txt").write_text(f"{module}\n")
 
 
 def test_entry_points_register_on_first_query_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,6 +238,19 @@ def test_entry_points_register_on_first_query_only(tmp_path: Path, monkeypatch: 
         assert "eploss" in LOSSES.names()
     finally:
         sys.modules.pop("ep_loss_mod", None)
+
+
+def test_a_module_reference_records_its_installed_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_distribution(tmp_path, "ref_dist_mod", "", dist="ref-dist")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert plugins.load_ref("loss", "ref_dist_mod:EpLoss") == "eploss"
+    finally:
+        sys.modules.pop("ref_dist_mod", None)
+    source = plugins.source_of("loss", "eploss")
+    assert source is not None and (source.distribution, source.version) == ("ref-dist", "1.2.3")
 
 
 def test_an_entry_point_named_unlike_its_loss_is_refused(
