@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import importlib.resources
 import json
 import types
 import typing
@@ -28,7 +29,21 @@ from benchmark.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 
-PROTOCOLS_DIR = Path(__file__).resolve().parent.parent / "protocols"
+
+def protocols_dir() -> Path:
+    """Where the protocol files are: ``protocols/`` of a source checkout, else the installed copy.
+
+    One copy exists in the tree (``protocols/`` at its top, SPEC §1); a wheel ships it as
+    ``benchmark/protocols/`` (setup.py), found here with importlib.resources. The checkout wins
+    so that a developer running from a clone (``PYTHONPATH``) reads the files being edited.
+    """
+    tree = Path(__file__).resolve().parent.parent
+    if (tree / "pyproject.toml").is_file() and (tree / "protocols").is_dir():
+        return tree / "protocols"
+    return Path(str(importlib.resources.files("benchmark") / "protocols"))
+
+
+PROTOCOLS_DIR = protocols_dir()
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,36 @@
-"""Atomic file writes: a crash never leaves a half-written record, table or checkpoint."""
+"""Atomic file writes (a crash never leaves a half-written record, table, cache entry or plot)
+and the key diff of two JSON-like mappings (which settings make two runs different)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from benchmark.faults import kill_point
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+@contextlib.contextmanager
+def atomic_write(path: Path) -> Iterator[BinaryIO]:
+    """Open a binary file whose content replaces ``path`` only when the ``with`` block ends cleanly.
+
+    The data go to a uniquely named temporary file in the same directory (several processes may
+    write the same cache entry at once), are flushed to disk, and the file is renamed over
+    ``path``; an exception (or Ctrl-C) removes the temporary file and leaves ``path`` as it was.
+    The file gets the permissions of any file created under the current umask (mkstemp's are 0600;
+    results and caches are meant to be shared like any other output).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        # mkstemp creates 0600 files; results are meant to be shared like any other output.
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -31,6 +41,12 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+    with atomic_write(path) as fh:
+        fh.write(text.encode("utf-8"))
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Atomically write ``data`` as indented JSON (NaN written as null)."""
     write_text_atomic(path, json.dumps(_nan_to_none(data), indent=1, sort_keys=False) + "\n")
@@ -39,6 +55,23 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def read_json(path: Path) -> Any:
     with path.open(encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two JSON-like mappings (sorted; ``(root)`` for scalars).
+
+    A key present on one side only is listed as itself; sequences compare as lists (a tuple and
+    a list with the same items are equal, as they are once written to JSON).
+    """
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            out += [key] if (k not in a or k not in b) else differing_keys(a[k], b[k], key)
+        return out
+    if isinstance(a, Sequence) and isinstance(b, Sequence) and not isinstance(a, str):
+        return [] if list(a) == list(b) else [prefix or "(root)"]
+    return [] if a == b else [prefix or "(root)"]
 
 
 def _nan_to_none(obj: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from benchmark.errors import DmlbenchError, UnknownNameError
 
@@ -25,17 +25,24 @@ class Registry(Generic[T]):
         return item
 
     def get(self, name: str) -> T:
-        """Return the component called ``name`` or raise an error listing the valid names."""
+        """Return the component called ``name`` or raise an error listing the valid names.
+
+        A name not registered yet may be a plugin's (:mod:`benchmark.plugins`): loaded on this miss.
+        """
+        if name not in self._items:
+            _discover_plugins(self, name)
         try:
             return self._items[name]
         except KeyError:
             raise UnknownNameError(self.kind, name, self.names()) from None
 
     def names(self) -> list[str]:
-        """Registered names in registration order."""
+        """Registered names in registration order (installed plugins included)."""
+        _discover_plugins(self, None)
         return list(self._items)
 
     def items(self) -> Iterator[tuple[str, T]]:
+        _discover_plugins(self, None)
         return iter(self._items.items())
 
     def __contains__(self, name: object) -> bool:
@@ -43,3 +50,9 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _discover_plugins(registry: Registry[Any], name: str | None) -> None:
+    from benchmark.plugins import discover  # imported on use: plugins imports the component modules
+
+    discover(registry, name)

@@ -16,10 +16,10 @@ import torch
 
 from benchmark.cli.main import main
 from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
+from benchmark.io import differing_keys
 from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     build_case_baseline,
-    differing_keys,
     load_baselines,
     save_baselines,
 )

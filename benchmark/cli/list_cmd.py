@@ -13,6 +13,7 @@ from benchmark.errors import UnknownNameError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.trunks import TRUNKS
+from benchmark.plugins import source_of
 from benchmark.search.study import SAMPLERS
 
 
@@ -20,8 +21,10 @@ def _losses() -> list[str]:
     out = []
     for name, s in LOSSES.items():
         kind = "pair-based (m=4)" if s.pair_based else "class-based (m=1)"
+        plugin = source_of("loss", name)
+        origin = f"plugin: {plugin.describe()}" if plugin else s.source
         out.append(
-            f"{name:12s} {s.display_name} [{s.source}; {kind}; {s.embedding_space}"
+            f"{name:12s} {s.display_name} [{origin}; {kind}; {s.embedding_space}"
             f"{'; learnable params' if s.has_parameters else ''}]"
         )
         if s.description:
@@ -34,9 +37,15 @@ def _losses() -> list[str]:
     return out
 
 
+def _plugin(kind: str, name: str) -> str:
+    source = source_of(kind, name)
+    return f" [plugin: {source.describe()}]" if source else ""
+
+
 def _datasets() -> list[str]:
     return [
         f"{n:12s} {s.description}{' (needs --data-dir)' if s.requires_data_dir else ''}"
+        + _plugin("dataset", n)
         for n, s in DATASETS.items()
     ]
 
@@ -64,7 +73,7 @@ def _budgets() -> list[str]:
 
 
 def _trunks() -> list[str]:
-    return [f"{n:12s} {s.description}" for n, s in TRUNKS.items()] + [
+    return [f"{n:12s} {s.description}{_plugin('trunk', n)}" for n, s in TRUNKS.items()] + [
         "timm:NAME    any timm model by name (optional extra: pip install 'dmlbench[timm]')"
     ]
 

@@ -6,18 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from benchmark import api
 from benchmark.config import parse_set_option
-from benchmark.errors import ConfigError
-from benchmark.protocol.dispatch import runner_for
-from benchmark.protocol.runner import RunRequest
-from benchmark.search.storage import DEFAULT_HEARTBEAT_S, check_storage_url
+from benchmark.search.storage import DEFAULT_HEARTBEAT_S
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="run a protocol for one loss", description=__doc__)
     p.add_argument("--protocol", default="mlrc", help="protocol file in protocols/ (default: mlrc)")
-    p.add_argument("--loss", required=True, help="loss name (see `dmlbench list losses`)")
-    p.add_argument("--dataset", default=None, help="dataset name (default: the protocol's, glyphs)")
+    p.add_argument(
+        "--loss",
+        required=True,
+        help="loss name (see `dmlbench list losses`), or your own: MODULE:NAME or PATH.py:NAME",
+    )
+    p.add_argument(
+        "--dataset", default=None, help="dataset name or MODULE:NAME (default: the protocol's, glyphs)"
+    )
     p.add_argument("--data-dir", default=None, help="where the dataset's files are")
     p.add_argument("--budget", default="mini", help="paper | mini | smoke (default: mini)")
     p.add_argument(
@@ -79,13 +83,8 @@ def handle(args: argparse.Namespace) -> int:
     overrides = dict(parse_set_option(item) for item in args.overrides)
     if args.trunk_weights is not None:
         overrides["model.trunk_weights"] = str(args.trunk_weights.expanduser().resolve())
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}.")
-    if args.heartbeat < 1:
-        raise ConfigError(f"--heartbeat must be >= 1 second, got {args.heartbeat}.")
-    check_storage_url(args.storage)
-    request = RunRequest(
-        loss=args.loss,
+    result = api.run(
+        args.loss,
         protocol=args.protocol,
         dataset=args.dataset,
         data_dir=args.data_dir,
@@ -102,7 +101,6 @@ def handle(args: argparse.Namespace) -> int:
         workers=args.workers,
         heartbeat=args.heartbeat,
     )
-    result = runner_for(args.protocol)(request).run()
     md = result.leaderboard_paths[0]
     print()
     print(md.read_text(encoding="utf-8"))

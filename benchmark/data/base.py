@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +13,7 @@ import numpy as np
 import torch
 
 from benchmark.errors import ConfigError, DataError
+from benchmark.io import atomic_write
 from benchmark.registry import Registry
 
 # Below this side length characters and natural images alike stop carrying usable detail.
@@ -165,17 +164,9 @@ def _describe(value: object) -> str:
 
 def save_npz_atomically(path: Path, **arrays: np.ndarray) -> None:
     """Write ``arrays`` to ``path`` so that concurrent readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A temporary file in the same folder, then an atomic rename: several processes (parallel
-    # tests, concurrent runs) may build the same cache entry at once.
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    # Several processes (parallel tests, concurrent runs) may build the same cache entry at once.
+    with atomic_write(path) as handle:
+        np.savez(handle, **arrays)  # type: ignore[arg-type]
 
 
 def load_npz(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:

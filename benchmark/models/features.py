@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from benchmark.config import RunConfig
 from benchmark.data.augment import eval_batch
 from benchmark.data.base import ImageDataset, rows_of_classes
 from benchmark.errors import ConfigError, DataError
+from benchmark.io import atomic_write
 from benchmark.models.trunks import build_model, trunk_spec
 
 # Bump when the stored layout or the way features are computed changes: old entries then miss.
@@ -197,14 +196,5 @@ def load_features(path: Path, name: str) -> FeatureDataset:
 
 def save_features_atomic(path: Path, features: np.ndarray, labels: np.ndarray) -> None:
     """Write features and labels to ``path`` via a temporary file and a rename (no partial entries)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".npz.tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, features=features.astype(np.float32), labels=labels.astype(np.int64))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as fh:
+        np.savez(fh, features=features.astype(np.float32), labels=labels.astype(np.int64))

@@ -107,18 +107,25 @@ _EVENTS: Any = None
 STEP_EVENT_S = 1.0
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    # A parent killed with SIGKILL cannot shut its pool down; without this watchdog its workers
-    # would keep training (and competing for the CPU with the resumed run).
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(1)
-        time.sleep(1.0)
+def watch_parent(parent_pid: int) -> None:
+    """Exit this worker process within a second of its parent ``parent_pid`` dying.
+
+    A parent killed with SIGKILL cannot shut its pool (or its search workers) down; without this
+    watchdog its workers would keep training (and competing for the CPU with the resumed run).
+    """
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData], events: Any, parent_pid: int) -> None:
     global _SETUP, _DATA, _EVENTS
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    watch_parent(parent_pid)
     torch.set_num_threads(setup.threads)
     _SETUP, _DATA, _EVENTS = setup, loader(), events
 

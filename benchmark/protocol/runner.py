@@ -42,13 +42,14 @@ from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, mlrc_split
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
-from benchmark.io import read_json, write_json_atomic
+from benchmark.io import atomic_write, differing_keys, read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.metrics import METRICS, evaluate
 from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
 from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
+from benchmark.plugins import record_sources
 from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
@@ -294,7 +295,7 @@ class MLRCRun:
             existing = read_json(ident_path)
             expected = json.loads(json.dumps(identity))
             if existing != expected:
-                differ = _differing_keys(existing, expected)
+                differ = differing_keys(existing, expected)
                 raise DmlbenchError(
                     f"Run directory {self.run_dir} belongs to a different configuration (differs in: "
                     f"{', '.join(differ[:8])}); refusing to mix results. Use another --out or remove the "
@@ -618,7 +619,8 @@ class MLRCRun:
                     f"parameters {self.best_params}."
                 )
             assert outcome.result is not None and outcome.test_embeddings is not None
-            _save_npy_atomic(test_dir / f"rep{r}-fold{f}.npy", outcome.test_embeddings)
+            with atomic_write(test_dir / f"rep{r}-fold{f}.npy") as fh:
+                np.save(fh, outcome.test_embeddings)
             write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
             kill_point(f"test.fold_saved:{r}:{f}")
             embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
@@ -681,6 +683,7 @@ class MLRCRun:
             "dataset_paper_settings": dict(dataset_paper_settings(c.data.dataset, c.protocol.name)),
             "schedule": self.schedule_info(),
             "loss_dataset_defaults": self.loss_spec.defaults_for(c.data.dataset),
+            **self._plugin_sources(),
         }
 
     def schedule_info(self) -> dict[str, Any]:
@@ -693,6 +696,13 @@ class MLRCRun:
             self.budget_overrides,
             any(k in declared for k in ("train.eval_every", "train.patience")),
         )
+
+    def _plugin_sources(self) -> dict[str, Any]:
+        """``plugins``: where the run's outside components came from (absent when all are built in)."""
+        c = self.config
+        used = {"loss": self.loss_spec.name, "dataset": c.data.dataset, "trunk": c.model.trunk}
+        sources = record_sources(used)
+        return {"plugins": sources} if sources else {}
 
     def build_record(self) -> dict[str, Any]:
         c = self.config
@@ -946,28 +956,6 @@ def _enqueue_reps(study: optuna.Study, reps: int) -> None:
     # The test study's trials are the repetitions, queued once by the process that creates it.
     for r in range(reps):
         study.enqueue_trial({}, user_attrs={"rep": r})
-
-
-def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
-        np.save(fh, array)
-    os.replace(tmp, path)
-
-
-def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two JSON-like mappings."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b), key=str):
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if k not in a or k not in b:
-                out.append(key)
-            else:
-                out += _differing_keys(a[k], b[k], key)
-        return out
-    return [] if a == b else [prefix or "(root)"]
 
 
 def _fmt_params(params: Mapping[str, float]) -> str:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
-import threading
 import time
 from collections.abc import Callable
 
 import torch
 
 from benchmark.errors import DmlbenchError
+from benchmark.protocol.parallel import watch_parent
 from benchmark.protocol.runner import MLRCRun, RunRequest
 
 
@@ -30,17 +30,9 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, workers))
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    # A parent killed with SIGKILL cannot stop its workers; without this they would train on.
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(1)
-        time.sleep(1.0)
-
-
 def worker_main(request: RunRequest, worker_id: int, threads: int, parent_pid: int) -> None:
     """Entry point of one worker process: run search trials until the global budget is taken."""
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    watch_parent(parent_pid)
     torch.set_num_threads(threads)
     run = MLRCRun(request)
     run.resolve()

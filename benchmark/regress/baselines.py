@@ -220,16 +220,3 @@ def save_baselines(directory: Path, dataset: str, updated: Mapping[str, CaseBase
         },
     )
     return path
-
-
-def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two JSON-like mappings."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b), key=str):
-            key = f"{prefix}.{k}" if prefix else str(k)
-            out += [key] if (k not in a or k not in b) else differing_keys(a[k], b[k], key)
-        return out
-    if isinstance(a, Sequence) and isinstance(b, Sequence) and not isinstance(a, str):
-        return [] if list(a) == list(b) else [prefix or "(root)"]
-    return [] if a == b else [prefix or "(root)"]

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 from benchmark.errors import DmlbenchError
+from benchmark.io import differing_keys
 from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     CaseBaseline,
     build_case_baseline,
     check_mean,
-    differing_keys,
     load_baselines,
     save_baselines,
 )

@@ -251,6 +251,16 @@ def footer_notes(records: Sequence[dict[str, Any]]) -> list[str]:
             if note not in out:
                 out.append(str(note))
     for r in records:
+        for p in r.get("plugins", []):
+            # Which outside code produced the row: the distribution and version, the reference, and
+            # the hash of the file the component is defined in.
+            sha = f"sha256 {p['sha256'][:12]}" if p.get("sha256") else "file not hashed"
+            dist = f"{p['distribution']} {p['version']} " if p.get("distribution") else ""
+            where = f"{dist}({p['ref']}, {sha})" if dist else f"{p['ref']} ({sha})"
+            line = f"{r['loss']}: {p['kind']} plugin: {where}."
+            if line not in out:
+                out.append(line)
+    for r in records:
         extra = r.get("test", {}).get("extra_summary", {})
         if extra:
             parts = [

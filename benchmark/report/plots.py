@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from benchmark.io import write_text_atomic
+from benchmark.io import atomic_write, write_text_atomic
 from benchmark.metrics import METRICS
 from benchmark.report.leaderboard import MODES, load_records, record_modes
 from benchmark.report.tables import latest_per_loss, mode_titles, record_metrics
@@ -60,16 +59,9 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
     paths = []
     for ext in FORMATS:
         path = stem.with_suffix(f".{ext}")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{ext}")
-        os.close(fd)
-        try:
-            metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}
-            fig.savefig(tmp, format=ext, dpi=120, metadata=metadata)
-            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; plots are ordinary files
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}
+        with atomic_write(path) as fh:
+            fig.savefig(fh, format=ext, dpi=120, metadata=metadata)
         paths.append(path)
     return paths
 

@@ -1,0 +1,111 @@
+"""The Python API: what ``dmlbench run`` and ``dmlbench report`` do, as functions for notebooks.
+
+::
+
+    from benchmark.api import report, run
+
+    result = run("my_loss.py:MyLoss", budget="smoke")  # or a registered name: run("contrastive")
+    result.record["test"]["summary"]["concatenated"]["map_at_r"]  # {"mean": ..., "half_width": ...}
+    print(report(dataset="glyphs"))  # the leaderboard as Markdown
+
+``dmlbench run`` calls :func:`run`; the record it returns is the one written to
+``<results_dir>/<dataset>/<protocol>/records/``. Errors a user can act on raise
+:class:`~benchmark.errors.DmlbenchError` (the command line prints them and exits with status 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmark.errors import ConfigError
+
+if TYPE_CHECKING:
+    from benchmark.protocol.runner import RunResult
+
+__all__ = ["report", "run"]
+
+
+def run(
+    loss: str,
+    *,
+    protocol: str = "mlrc",
+    dataset: str | None = None,
+    data_dir: str | Path | None = None,
+    budget: str = "mini",
+    seed: int = 0,
+    sampler: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    out: str | Path = "runs",
+    results_dir: str | Path = "results",
+    device: str = "auto",
+    jobs: int = 0,
+    quiet: bool = True,
+    storage: str | None = None,
+    workers: int = 1,
+    heartbeat: int | None = None,
+) -> RunResult:
+    """Run ``protocol`` for ``loss`` (resuming finished work) and refresh the leaderboard.
+
+    ``loss`` is a registered name (``dmlbench list losses``) or a plugin reference
+    ``MODULE:NAME`` / ``PATH.py:NAME`` (:mod:`benchmark.plugins`); ``dataset`` likewise.
+    ``overrides`` are ``--set`` keys (``{"train.lr": 1e-4, "loss.margin": 0.1}``). The other
+    arguments are those of ``dmlbench run`` (see ``dmlbench run --help``), except ``quiet``,
+    True by default here (no progress display). Returns the record (``.record``, a dict) and
+    where the record, run directory and leaderboard files are.
+    """
+    from benchmark import plugins
+    from benchmark.protocol.dispatch import runner_for
+    from benchmark.protocol.runner import RunRequest
+    from benchmark.search.storage import DEFAULT_HEARTBEAT_S, check_storage_url
+
+    heartbeat = DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}.")
+    if heartbeat < 1:
+        raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
+    check_storage_url(storage)
+    if plugins.is_ref(loss):
+        loss = plugins.load_ref("loss", loss)
+    if dataset is not None and plugins.is_ref(dataset):
+        dataset = plugins.load_ref("dataset", dataset)
+    request = RunRequest(
+        loss=loss,
+        protocol=protocol,
+        dataset=dataset,
+        data_dir=None if data_dir is None else str(data_dir),
+        budget=budget,
+        seed=seed,
+        sampler=sampler,
+        overrides=dict(overrides or {}),
+        out=Path(out),
+        results_dir=Path(results_dir),
+        device=device,
+        jobs=jobs,
+        quiet=quiet,
+        storage=storage,
+        workers=workers,
+        heartbeat=heartbeat,
+    )
+    return runner_for(protocol)(request).run()
+
+
+def report(
+    dataset: str,
+    *,
+    protocol: str = "mlrc",
+    results_dir: str | Path = "results",
+    metrics: Sequence[str] | None = None,
+    budget: str | None = None,
+    format: str = "md",
+) -> str:
+    """The leaderboard of ``dataset``/``protocol`` from the records under ``results_dir``, rendered as
+    ``format`` (md, csv, tex or json), as ``dmlbench report`` prints it."""
+    from benchmark.report.tables import FORMATS, render, resolve_metrics, select_records
+
+    if format not in FORMATS:
+        raise ConfigError(f"Unknown report format {format!r}; valid: {', '.join(FORMATS)}.")
+    by_budget = select_records(Path(results_dir), dataset, protocol, budget)
+    chosen = resolve_metrics(by_budget, list(metrics) if metrics is not None else None)
+    return render(format, dataset, protocol, by_budget, chosen)
