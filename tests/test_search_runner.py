@@ -21,8 +21,9 @@ FoldScore = Callable[[FoldTask], float | None]  # None: the fold diverged
 class ScoredExecutor:
     """Stands in for FoldExecutor: each fold's best validation MAP@R is ``score(task)``."""
 
-    def __init__(self, score: FoldScore) -> None:
+    def __init__(self, score: FoldScore, test_shape: tuple[int, int] = (0, 0)) -> None:
         self.score = score
+        self.test_shape = test_shape
         self.tasks: list[FoldTask] = []
 
     def run(
@@ -34,7 +35,13 @@ class ScoredExecutor:
             if value is None:
                 yield FoldOutcome(task, None, None, f"fold {task.fold}: loss became nan at epoch 1")
             else:
-                yield FoldOutcome(task, FoldResult(value, 1, 1, 0.0, [(1, value)]), None, None)
+                # Test embeddings drawn from the fold's seed: a seed repeated is a result repeated.
+                test = (
+                    np.random.default_rng(task.seed).normal(size=self.test_shape).astype(np.float32)
+                    if task.embed_test
+                    else None
+                )
+                yield FoldOutcome(task, FoldResult(value, 1, 1, 0.0, [(1, value)]), test, None)
 
     def close(self, abort: bool = False) -> None:
         pass
@@ -57,7 +64,8 @@ def searched(tmp_path: Path, score: FoldScore, n_trials: int, n_startup: int) ->
     run.load_data()
     run.split()
     run.prepare_run_dir()
-    run.executor = ScoredExecutor(score)  # type: ignore[assignment]
+    shape = (len(run.test_set.labels), run.config.model.embedding_dim)
+    run.executor = ScoredExecutor(score, shape)  # type: ignore[assignment]
     run.search()
     return run, run.study
 
@@ -103,3 +111,21 @@ def test_diverging_region_is_scored_and_avoided_by_the_runner(tmp_path: Path, ca
     for n in failed:
         assert trials[n].value == FAILED_SCORE and "loss became nan" in trials[n].user_attrs[FAILURE_ATTR]
     assert run.best.number not in failed and run.best.params["pos_margin"] < 0.9
+
+
+def test_test_repetitions_train_with_distinct_seeds(tmp_path: Path, cache_dir: Path) -> None:
+    """Each test repetition retrains its 4 fold models with seeds of its own (MLRC's repetitions
+    measure the training's variance); a seed reused across repetitions repeats a result."""
+    run, _ = searched(tmp_path, lambda task: 0.5, n_trials=2, n_startup=1)
+    executor: ScoredExecutor = run.executor  # type: ignore[assignment]
+    searched_tasks = len(executor.tasks)
+    run.test_stage()
+    test_tasks = executor.tasks[searched_tasks:]
+    assert all(t.embed_test and t.params == run.best_params for t in test_tasks)
+    reps = run.config.test.reps
+    assert reps >= 2 and len(test_tasks) == 4 * reps
+    seeds = [t.seed for t in test_tasks]
+    assert len(set(seeds)) == len(seeds), f"a test seed is reused: {seeds}"
+    assert not set(seeds) & {t.seed for t in executor.tasks[:searched_tasks]}
+    maps = [rep["separated"]["map_at_r"] for rep in run.rep_results]
+    assert len(set(maps)) == reps, f"repetitions gave identical results: {maps}"
