@@ -121,3 +121,141 @@ def test_killed_at_every_point_then_resumed_equals_an_uninterrupted_run(
     assert comparable(rec) == comparable(record(tmp_path / "reference"))
     leaderboard = (root / "results" / "glyphs" / "mlrc" / "leaderboard.md").read_text()
     assert "Contrastive" in leaderboard
+
+
+# -- random moments ---------------------------------------------------------------------------------
+# The named points above are moments between steps. Here the run is SIGKILLed at seeded random
+# moments spread over the search and test stages, wherever they fall (inside a trial's training,
+# an evaluation, a journal write), resumed each time, and must end with the record of a run never
+# interrupted. The kill moments are placed on the uninterrupted run's timeline: a resumed run
+# skips finished work, so its kill delay is the target moment minus the time the reference run
+# had needed to reach the same saved progress.
+
+N_RANDOM_KILLS = 10
+RANDOM_ARGS = [
+    "run",
+    "--loss",
+    "contrastive",
+    "--budget",
+    "smoke",
+    "--quiet",
+    "--jobs",
+    "1",
+    "--set",
+    "train.max_epochs=1",
+    "--set",
+    "train.iters_per_epoch=2",
+    "--set",
+    "search.n_trials=3",
+    "--set",
+    "search.n_startup_trials=1",  # trials 1 and 2 are GP trials: a retry must not change them
+    "--set",
+    "test.reps=2",
+]
+
+
+def _start(root: Path, cache: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
+    env.pop(ENV, None)
+    args = [*RANDOM_ARGS, "--out", str(root / "runs"), "--results-dir", str(root / "results")]
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmark.cli.main", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # its own process group: the kill reaches any child too
+    )
+
+
+def _run_dir(root: Path) -> Path | None:
+    found = list((root / "runs").glob("glyphs/mlrc/*/study.journal"))
+    return found[0].parent if found else None
+
+
+def _progress(root: Path) -> int:
+    """Saved progress: trials told complete + test fold embeddings saved + 1 once the record exists."""
+    run_dir = _run_dir(root)
+    if run_dir is None:
+        return -1
+    journal = (run_dir / "study.journal").read_text(errors="replace")
+    told = sum(1 for line in journal.splitlines() if '"op_code":6' in line and '"state":1' in line)
+    folds = len(list((run_dir / "test").glob("rep*-fold*.npy"))) if (run_dir / "test").exists() else 0
+    return told + folds + int((run_dir / "record.json").exists())
+
+
+def _where(root: Path) -> str:
+    """Where a kill landed, read from what it left on disk."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from optuna.trial import TrialState
+
+    run_dir = _run_dir(root)
+    if run_dir is None:
+        return "before the search started"
+    storage = JournalStorage(JournalFileBackend(str(run_dir / "study.journal")))
+    trials = optuna.load_study(study_name="search", storage=storage).get_trials()
+    running = [t.number for t in trials if t.state == TrialState.RUNNING]
+    if running:
+        return f"inside search trial {running[0]}"
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    if done < 3:
+        return f"search, {done} trials done, next not started"
+    test = run_dir / "test"
+    folds = sorted(p.stem for p in test.glob("rep*-fold*.npy")) if test.exists() else []
+    reps = len(list(test.glob("rep?.json"))) if test.exists() else 0
+    if reps < 2:
+        return f"test stage, {len(folds)} fold(s) saved, {reps} rep(s) done"
+    return "after the test stage (untrained row, record, report)"
+
+
+def test_killed_at_random_moments_then_resumed_equals_an_uninterrupted_run(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    import random
+    import time
+
+    # The reference run, with the moment each saved progress was first reached.
+    ref = tmp_path / "reference"
+    t0 = time.monotonic()
+    proc = _start(ref, cache_dir)
+    reached: dict[int, float] = {}
+    while proc.poll() is None:
+        reached.setdefault(_progress(ref), time.monotonic() - t0)
+        time.sleep(0.05)
+    total = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+    reached.setdefault(_progress(ref), total)
+    start = reached[min(p for p in reached if p >= 0)]  # the search began: startup is over
+    rng = random.Random(20260414)
+    targets = sorted(start + rng.random() * (total - start) for _ in range(N_RANDOM_KILLS))
+
+    root = tmp_path / "killed"
+    landings = []
+    for target in targets:
+        done = _progress(root)
+        # The reference needed reached[done] to get here; a resumed run also needs the startup.
+        at = reached.get(done, start) if done >= 0 else 0.0
+        delay = start + max(0.0, target - max(at, start))
+        proc = _start(root, cache_dir)
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.returncode == 0:
+            landings.append(f"{target:.1f}s: the run finished first")
+            continue
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+        landings.append(f"{target:.1f}s (after {delay:.1f}s): {_where(root)}")
+        for path in (root / "results").rglob("*.json"):
+            json.loads(path.read_text())
+    kills = "\n  ".join(landings)
+    print(f"\nreference run {total:.1f}s, search from {start:.1f}s; kills:\n  {kills}")
+
+    final = _start(root, cache_dir)
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-3000:] if final.stderr else ""
+    rec = record(root)
+    assert len(rec["search"]["trials"]) == 3, landings
+    assert all(t["state"] == "COMPLETE" for t in rec["search"]["trials"]), landings
+    assert comparable(rec) == comparable(record(ref)), landings

@@ -199,8 +199,10 @@ def test_recover_stale_then_count(tmp_path: Path) -> None:
     stale = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     assert recover_stale(study) == 1
     trials = study.get_trials()
-    assert is_interrupted(trials[stale.number]) and len(counted_trials(study)) == 1
-    assert trials[-1].state == TrialState.WAITING and trials[-1].user_attrs["retry_of"] == stale.number
+    # Retried in its own place (tests/test_search_resume.py): waiting again, not counted, no copy.
+    assert len(trials) == 2 and len(counted_trials(study)) == 1
+    assert trials[stale.number].state == TrialState.WAITING and not is_interrupted(trials[stale.number])
+    assert study.ask().number == stale.number
 
 
 def test_study_identity_is_checked(tmp_path: Path) -> None:

@@ -68,7 +68,9 @@ from benchmark.search.storage import (
     repair_torn_journal,
 )
 from benchmark.search.study import (
+    FAILED_SCORE,
     FAILURE_ATTR,
+    INTERRUPTIONS_ATTR,
     SAMPLERS,
     SURPLUS_ATTR,
     best_trial,
@@ -76,10 +78,13 @@ from benchmark.search.study import (
     budget_state,
     counted_trials,
     enqueue_startup,
+    is_failed,
     is_interrupted,
+    is_result,
     make_sampler,
     recover_stale,
     suggest,
+    tell_failed,
 )
 from benchmark.stats import t_interval
 
@@ -323,13 +328,7 @@ class MLRCRun:
             # Nothing to tune (all hyperparameters fixed): MLRC's search degenerates to one trial.
             self.progress.message("search: every hyperparameter is fixed; running a single trial")
         target = c.search.n_trials if self.search_space else 1
-        # Each process owns its sampler; distinct seeds keep two workers with the same history from
-        # proposing the same point. A lone process keeps the run's sampler seed (reproducible).
-        worker = self._worker_key()
-        sampler_seed = (
-            derive_seed(req.seed, "sampler") if worker is None else derive_seed(req.seed, "sampler", worker)
-        )
-        sampler = make_sampler(c.search.sampler, sampler_seed, c.search.n_startup_trials)
+        sampler = self._sampler_for(0)  # replaced before every ask (see _sampler_for)
         shared = is_database_url(req.storage)
         # The journal's first opener is alone with it (workers start later): it may repair the file.
         exclusive = not shared and req.worker_id is None
@@ -353,7 +352,7 @@ class MLRCRun:
             recovered = recover_stale(study)
             if recovered:
                 self.progress.message(
-                    f"search: re-enqueued {recovered} trial(s) interrupted by a dead process"
+                    f"search: retrying {recovered} trial(s) interrupted by a dead process, in their own place"
                 )
         self.study = study
         if req.workers > 1 and req.worker_id is None:
@@ -383,6 +382,23 @@ class MLRCRun:
             f"search: best trial #{self.best.number} mean val MAP@R {self.best.value:.4f} "
             f"params {_fmt_params(self.best.params)}"
         )
+
+    def _sampler_for(self, position: int) -> optuna.samplers.BaseSampler:
+        """A new sampler for the trial asked when ``position`` trials are counted.
+
+        Optuna's samplers keep state between asks in one process (GPSampler: its random generator
+        and the previous kernel fit, used as the next fit's starting point), so a process resuming
+        a run would propose other points than one that never stopped. A new sampler per trial,
+        seeded by the trial's place in the history, makes each suggestion a function of the run
+        seed and the study's history alone. Each process owns its samplers; distinct seeds keep two
+        workers with the same history from proposing the same point.
+        """
+        c, req = self.config, self.request
+        worker = self._worker_key()
+        keys: tuple[int | str, ...] = (
+            ("sampler", position) if worker is None else ("sampler", worker, position)
+        )
+        return make_sampler(c.search.sampler, derive_seed(req.seed, *keys), c.search.n_startup_trials)
 
     def _worker_key(self) -> int | str | None:
         """Who this searching process is, for its seeds (None: the only process of the run)."""
@@ -430,6 +446,7 @@ class MLRCRun:
                 # The remaining places are being trained elsewhere; wait in case a worker dies.
                 time.sleep(_POLL_S)
                 continue
+            study.sampler = self._sampler_for(counted)
             trial = study.ask()
             rank = budget_rank(study.get_trials(deepcopy=False), trial.number)
             if rank >= target:
@@ -441,7 +458,7 @@ class MLRCRun:
                 self._run_trial(study, trial, rank + 1, target)
 
     def _best_so_far(self, study: optuna.Study) -> str:
-        values = [t.value for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        values = [t.value for t in study.get_trials(deepcopy=False) if is_result(t)]
         return f"{max(v for v in values if v is not None):.4f}" if values else "-"
 
     def _run_trial(self, study: optuna.Study, trial: optuna.Trial, i: int, n: int) -> None:
@@ -483,11 +500,13 @@ class MLRCRun:
         trial.set_user_attr("folds", folds)
         trial.set_user_attr("wall_s", round(time.perf_counter() - t0, 3))
         if failure is not None:
-            trial.set_user_attr(FAILURE_ATTR, failure)
-            study.tell(trial, state=TrialState.FAIL)
+            tell_failed(study, trial, failure)
             kill_point(f"search.trial_told:{trial.number}")
             self.progress.skip(n_folds - len(results))
-            self.progress.status(f"search trial {i}/{n} FAILED ({failure})", persistent=True)
+            self.progress.status(
+                f"search trial {i}/{n} FAILED ({failure}); scored {FAILED_SCORE:g} for the sampler",
+                persistent=True,
+            )
             return
         values = [results[f].best_val for f in sorted(results)]
         mean = float(np.mean(values))
@@ -720,10 +739,14 @@ class MLRCRun:
             trials.append(
                 {
                     "number": t.number,
-                    "state": t.state.name,
+                    # A failed trial is told the sampler FAILED_SCORE; the record keeps it a failure
+                    # with no value, so no reader can take the score for a result.
+                    "state": "FAIL" if is_failed(t) else t.state.name,
                     "origin": t.user_attrs.get("origin", "sampler"),
                     "params": t.params,
-                    "value": t.value,
+                    "value": None if is_failed(t) else t.value,
+                    "sampler_value": t.value,
+                    "interruptions": t.user_attrs.get(INTERRUPTIONS_ATTR, 0),
                     "fold_sem": t.user_attrs.get("fold_sem"),
                     "wall_s": t.user_attrs.get("wall_s"),
                     "failure": t.user_attrs.get(FAILURE_ATTR),

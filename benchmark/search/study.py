@@ -1,9 +1,16 @@
 """Optuna study management for the hyperparameter search (SPEC §2.3).
 
 The study lives in an Optuna journal file inside the run directory, so an interrupted run is
-continued by re-running the same command: finished trials are kept, trials left RUNNING by a
-killed process are marked failed and re-enqueued with the same parameters, and only the missing
-number of trials is run.
+continued by re-running the same command: finished trials are kept, a trial left RUNNING by a
+killed process goes back to the queue in its own place (same number, same parameters), and only
+the missing number of trials is run. With a new sampler per trial, seeded by the trial's place
+in the history (the runner's ``_sampler_for``), a resumed run asks, trains and tells exactly the
+trials an uninterrupted run would.
+
+A trial that fails because of its parameters (diverged, crashed) is told the sampler the score
+:data:`FAILED_SCORE` (MLRC gave Ax a 0 for such trials), so a Bayesian sampler learns to avoid
+the region; the trial keeps its :data:`FAILURE_ATTR` reason and is never a result
+(:func:`is_failed`, :func:`best_trial`, the run record).
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ for _name, _doc in [
 # such trials are retried and do not count towards the configured number of trials.
 INTERRUPTED_ATTR = "interrupted"
 FAILURE_ATTR = "failure"
+# How many times a journal trial was put back in the queue after its process died (provenance).
+INTERRUPTIONS_ATTR = "interruptions"
+# What the sampler is told for a trial failed by its parameters: the worst MAP@R, as MLRC told Ax.
+FAILED_SCORE = 0.0
 # Attribute of a trial asked by a worker after the global budget was already taken by trials with
 # lower numbers (a race between workers); it is told PRUNED before any parameter is drawn.
 SURPLUS_ATTR = "surplus"
@@ -93,16 +104,23 @@ def enqueue_startup(study: optuna.Study, space: Mapping[str, SearchDim], n: int,
 
 
 def recover_stale(study: optuna.Study) -> int:
-    """Fail trials left RUNNING by a dead process and re-enqueue their parameters; return how many.
+    """Put trials left RUNNING by a dead process back in the queue in their own place; how many.
+
+    The trial keeps its number and whatever parameters it had drawn (Optuna returns a stored
+    parameter instead of sampling it again), and the next ``ask`` pops the lowest-numbered waiting
+    trial, so it is retried before any later trial: the history the sampler sees, the trial's
+    training seeds (derived from its number) and the order of the record equal an uninterrupted
+    run's. Failing it and enqueueing a copy instead would put the copy behind the queued Sobol
+    points under a new number.
 
     Only safe when no other worker shares the study: the journal storage, called by the one
     process that opens the run before any ``--workers`` start. Database storage uses heartbeats.
     """
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
-        study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED_ATTR, True)
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={"origin": "retry", "retry_of": t.number})
+        count = int(t.user_attrs.get(INTERRUPTIONS_ATTR, 0)) + 1
+        study._storage.set_trial_user_attr(t._trial_id, INTERRUPTIONS_ATTR, count)
+        study._storage.set_trial_state_values(t._trial_id, TrialState.WAITING)
     return len(stale)
 
 
@@ -115,6 +133,27 @@ def is_interrupted(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and (
         bool(trial.user_attrs.get(INTERRUPTED_ATTR)) or FAILURE_ATTR not in trial.user_attrs
     )
+
+
+def is_failed(trial: FrozenTrial) -> bool:
+    """Failed because of its parameters: told :data:`FAILED_SCORE` (or, in a journal written
+    before failures were scored, told FAIL); never a result, whatever value the study holds."""
+    return FAILURE_ATTR in trial.user_attrs and trial.state in (TrialState.COMPLETE, TrialState.FAIL)
+
+
+def is_result(trial: FrozenTrial) -> bool:
+    """A complete trial whose value is a real mean validation score (not a failure's score)."""
+    return trial.state == TrialState.COMPLETE and not is_failed(trial)
+
+
+def tell_failed(study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+    """Tell a trial failed by its parameters: the reason kept, the sampler told :data:`FAILED_SCORE`.
+
+    A FAIL state would be ignored by every Optuna sampler, which would then keep proposing the
+    region that diverged; MLRC scored such trials 0 for Ax.
+    """
+    trial.set_user_attr(FAILURE_ATTR, reason)
+    study.tell(trial, FAILED_SCORE)
 
 
 def is_counted(trial: FrozenTrial) -> bool:
@@ -154,8 +193,8 @@ def budget_state(trials: list[FrozenTrial]) -> tuple[int, int, int]:
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:
-    """Highest observed objective among complete trials (MLRC's choice)."""
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    """Highest observed objective among complete trials (MLRC's choice); failed ones never win."""
+    complete = [t for t in study.get_trials(deepcopy=False) if is_result(t)]
     if not complete:
         raise ConfigError(
             "Every search trial failed (see the failure reasons in the run record); "

@@ -1,0 +1,115 @@
+"""Direct, fast checks of training invariants that otherwise only a slow end-to-end run touches:
+frozen trunk BatchNorm statistics stay frozen, and the best-validation checkpoint is the model
+returned. One fold of the smoke setup, a few iterations."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import benchmark.protocol.train as train_module
+from benchmark.config import RunConfig
+from benchmark.models.features import Samples
+from benchmark.protocol.runner import MLRCRun, RunRequest
+
+
+@pytest.fixture(scope="module")
+def fold(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[tuple[RunConfig, Any, Any]]:
+    """The smoke run's config and fold 0 (train, val), with a tiny training schedule."""
+    tmp = tmp_path_factory.mktemp("train")
+    run = MLRCRun(
+        RunRequest(
+            loss="contrastive",
+            budget="smoke",
+            out=tmp / "runs",
+            results_dir=tmp / "results",
+            jobs=1,
+            quiet=True,
+            overrides={"train.iters_per_epoch": 3},
+        )
+    )
+    run.resolve()
+    run.load_data()
+    run.split()
+    train, val = run.fold_sets[0]
+    yield run.config, train, val
+
+
+def _with(config: RunConfig, section: str, **changes: Any) -> RunConfig:
+    return dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **changes)})
+
+
+def _train(config: RunConfig, train: Samples, val: Samples) -> tuple[Any, nn.Module]:
+    result, model, _ = train_module.train_with_loss(
+        config=config,
+        loss_name="contrastive",
+        loss_params={},
+        train=train,
+        val=val,
+        augment=None,
+        seed=5,
+        device=torch.device("cpu"),
+    )
+    return result, model
+
+
+def _bn_stats(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        k: v.clone()
+        for k, v in model.state_dict().items()
+        if k.startswith("trunk.") and ("running_" in k or "num_batches_tracked" in k)
+    }
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_frozen_trunk_batchnorm_statistics_do_not_change(
+    fold: tuple[RunConfig, Any, Any], frozen: bool
+) -> None:
+    """The paper budget freezes the trunk's BatchNorm statistics (MLRC); training must not move them.
+    Unfrozen (the CPU budgets' from-scratch trunk) they must move, so the check can fail."""
+    base, train, val = fold
+    config = _with(_with(base, "model", freeze_trunk_bn=frozen), "train", max_epochs=1, eval_every=1)
+    initial = _bn_stats(train_module.build_fold_model(config, train, 5))
+    assert initial, "the smoke trunk has no BatchNorm layer to check"
+    _, model = _train(config, train, val)
+    trained = _bn_stats(model)
+    same = {k: torch.equal(initial[k], trained[k]) for k in initial}
+    if frozen:
+        assert all(same.values()), (
+            f"frozen BatchNorm statistics changed: {[k for k, s in same.items() if not s]}"
+        )
+    else:
+        assert not all(same.values())
+
+
+def test_best_validation_checkpoint_is_restored(
+    fold: tuple[RunConfig, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation scores 0.3, 0.9, 0.5 (scripted): the returned model is the one of epoch 2, not
+    the last one, and the result reports epoch 2."""
+    base, train, val = fold
+    config = _with(base, "train", max_epochs=3, eval_every=1, patience=5)
+    scores = iter([0.3, 0.9, 0.5])
+    snapshots: list[dict[str, torch.Tensor]] = []
+    real_embed = train_module.embed_samples
+
+    def embed(model: nn.Module, data: Samples, device: torch.device, batch_size: int = 512) -> np.ndarray:
+        snapshots.append(copy.deepcopy(model.state_dict()))  # the model as validated at this epoch
+        return real_embed(model, data, device, batch_size)
+
+    monkeypatch.setattr(train_module, "embed_samples", embed)
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"map_at_r": next(scores)})
+    result, model = _train(config, train, val)
+    assert len(snapshots) == 3 and (result.best_epoch, result.best_val) == (2, 0.9)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], snapshots[1][k]) for k in state)
+    # Epochs 2 and 3 differ, so a model left at the last epoch fails the check above.
+    assert not all(torch.equal(snapshots[1][k], snapshots[2][k]) for k in state)
