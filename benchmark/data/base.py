@@ -6,15 +6,18 @@ import hashlib
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmark.data.specs import DATASETS, DatasetOptions, DatasetSpec
 from benchmark.errors import ConfigError, DataError
-from benchmark.registry import Registry
+
+# The registry and its spec types live in benchmark.data.specs (importable without torch).
+__all__ = ["DATASETS", "DatasetOptions", "DatasetSpec", "ImageDataset", "load_dataset", "validate_dataset"]
 
 # Below this side length characters and natural images alike stop carrying usable detail.
 MIN_IMAGE_SIZE = 8
@@ -81,28 +84,6 @@ class ImageDataset:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
-
-
-@dataclass(frozen=True)
-class DatasetOptions:
-    """Where a dataset is read from, the square side its images are resized to, and a cache folder."""
-
-    data_dir: Path | None
-    image_size: int
-    cache_dir: Path
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """A registered dataset: its name, a one-line description and how to load it."""
-
-    name: str
-    description: str
-    requires_data_dir: bool
-    load: Callable[[DatasetOptions], ImageDataset]
-
-
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
 def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:

@@ -26,16 +26,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
-from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, rows_of_classes
+from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
 from benchmark.errors import DataError
-from benchmark.registry import Registry
 
 # MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (SPEC §2.2); at any other
 # image size the same margin is kept, so the crop sees the same part of the photo.
@@ -791,15 +790,16 @@ def load_tinyimagenet(options: DatasetOptions) -> LazyImageDataset:
     return _as_lazy(_tinyimagenet(options))
 
 
-_LOADERS: dict[str, tuple[Callable[[DatasetOptions], _Loaded], str]] = {
-    "cub200": (_cub, "CUB-200-2011 birds, 200 classes (on-disk CUB_200_2011/ layout)"),
-    "cars196": (_cars, "Stanford Cars, 196 classes (cars_annos.mat + car_ims/)"),
-    "sop": (_sop, "Stanford Online Products, 22,634 classes (Ebay_train.txt / Ebay_test.txt)"),
-    "inshop": (_inshop, "DeepFashion In-Shop, 7,982 items (list_eval_partition.txt + img/)"),
-    "cifar100": (_cifar100, "CIFAR-100, 100 classes, in memory (cifar-100-python/)"),
-    "food101": (_food101, "Food-101, 101 classes (food-101/meta + images/)"),
-    "svhn": (_svhn, "SVHN digits, 10 classes, in memory (train_32x32.mat / test_32x32.mat)"),
-    "tinyimagenet": (_tinyimagenet, "Tiny ImageNet, 200 classes (tiny-imagenet-200/ train + val)"),
+# Names, descriptions and registration: benchmark.data.specs (importable without torch).
+_LOADERS: dict[str, Callable[[DatasetOptions], _Loaded]] = {
+    "cub200": _cub,
+    "cars196": _cars,
+    "sop": _sop,
+    "inshop": _inshop,
+    "cifar100": _cifar100,
+    "food101": _food101,
+    "svhn": _svhn,
+    "tinyimagenet": _tinyimagenet,
 }
 
 # The official per-image partitions each dataset offers through load_partitions().
@@ -825,7 +825,7 @@ def load_partitions(name: str, options: DatasetOptions) -> dict[str, AnyImageDat
             f"Dataset {name!r} has no official per-image partitions; "
             f"datasets with them: {', '.join(PARTITIONS)}."
         )
-    loaded = _LOADERS[name][0](options)
+    loaded = _LOADERS[name](options)
     assert loaded.partition is not None
     return {
         part: _take(loaded.dataset, np.flatnonzero(loaded.partition == part)) for part in PARTITIONS[name]
@@ -843,24 +843,3 @@ def _take(dataset: AnyImageDataset, index: np.ndarray) -> AnyImageDataset:
         labels=labels,
         class_names={c: n for c, n in dataset.class_names.items() if c in kept},
     )
-
-
-def register_standard_datasets(registry: Registry[DatasetSpec]) -> None:
-    """Register cub200, cars196, sop, inshop, cifar100, food101, svhn and tinyimagenet in ``registry``."""
-    public: dict[str, Callable[[DatasetOptions], AnyImageDataset]] = {
-        "cub200": load_cub200,
-        "cars196": load_cars196,
-        "sop": load_sop,
-        "inshop": load_inshop,
-        "cifar100": load_cifar100,
-        "food101": load_food101,
-        "svhn": load_svhn,
-        "tinyimagenet": load_tinyimagenet,
-    }
-    for name, load in public.items():
-        # DatasetSpec.load is typed for in-memory ImageDatasets; until base.py also accepts a
-        # LazyImageDataset (and validate_dataset calls its validate()), this cast bridges the gap.
-        registry.register(
-            name,
-            DatasetSpec(name, _LOADERS[name][1], True, cast(Callable[[DatasetOptions], ImageDataset], load)),
-        )

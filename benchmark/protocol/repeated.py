@@ -24,13 +24,13 @@ from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.environment import environment_info
+from benchmark.protocol.request import validate_common
 from benchmark.protocol.runner import (
     MLRCRun,
     RunResult,
     _interval_dict,
     cache_dir,
     load_run_dataset,
-    validate_common,
 )
 from benchmark.protocol.train import iterations_per_epoch
 

@@ -1,0 +1,83 @@
+"""The dataset registry: every dataset's name, description and (lazily imported) loader.
+
+Importable without torch or PIL (``dmlbench list datasets`` and config validation use it): each
+spec's ``load`` is a lazily imported callable (:mod:`benchmark.lazy`) into the module that reads
+the dataset, imported when the dataset is first loaded. The registration order is the order of
+``dmlbench list datasets``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmark.lazy import lazy_callable
+from benchmark.registry import Registry
+
+if TYPE_CHECKING:
+    from benchmark.data.base import ImageDataset
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """Where a dataset is read from, the square side its images are resized to, and a cache folder."""
+
+    data_dir: Path | None
+    image_size: int
+    cache_dir: Path
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered dataset: its name, a one-line description and how to load it."""
+
+    name: str
+    description: str
+    requires_data_dir: bool
+    load: Callable[[DatasetOptions], ImageDataset]
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def _register(name: str, description: str, requires_data_dir: bool, target: str) -> None:
+    load: Callable[[DatasetOptions], ImageDataset] = lazy_callable(target)
+    DATASETS.register(name, DatasetSpec(name, description, requires_data_dir, load))
+
+
+_register(
+    "folder",
+    "Any root/<class>/<image> tree (class ids = sorted folder names)",
+    True,
+    "benchmark.data.folder:load_folder",
+)
+_register(
+    "glyphs",
+    "Latin/Greek/Cyrillic letters and digits rendered from matplotlib's 16 DejaVu/STIX faces "
+    "(~390 classes x 32 jittered images); embedded, no download",
+    False,
+    "benchmark.data.glyphs:load_glyphs",
+)
+_register(
+    "omniglot",
+    "Omniglot handwritten characters (class = character id; 20 drawers each); reads the official zips",
+    True,
+    "benchmark.data.omniglot:load_omniglot",
+)
+
+#: The standard on-disk datasets (benchmark.data.standard): name -> description. Their photo
+#: datasets load lazily (LazyImageDataset), which duck-types ImageDataset for the trainer.
+STANDARD_DATASETS: dict[str, str] = {
+    "cub200": "CUB-200-2011 birds, 200 classes (on-disk CUB_200_2011/ layout)",
+    "cars196": "Stanford Cars, 196 classes (cars_annos.mat + car_ims/)",
+    "sop": "Stanford Online Products, 22,634 classes (Ebay_train.txt / Ebay_test.txt)",
+    "inshop": "DeepFashion In-Shop, 7,982 items (list_eval_partition.txt + img/)",
+    "cifar100": "CIFAR-100, 100 classes, in memory (cifar-100-python/)",
+    "food101": "Food-101, 101 classes (food-101/meta + images/)",
+    "svhn": "SVHN digits, 10 classes, in memory (train_32x32.mat / test_32x32.mat)",
+    "tinyimagenet": "Tiny ImageNet, 200 classes (tiny-imagenet-200/ train + val)",
+}
+for _name, _description in STANDARD_DATASETS.items():
+    _register(_name, _description, True, f"benchmark.data.standard:load_{_name}")
