@@ -42,9 +42,15 @@ class DatasetSpec:
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
-def _register(name: str, description: str, requires_data_dir: bool, target: str) -> None:
+def _register(
+    name: str,
+    description: str,
+    requires_data_dir: bool,
+    target: str,
+    registry: Registry[DatasetSpec] = DATASETS,
+) -> None:
     load: Callable[[DatasetOptions], ImageDataset] = lazy_callable(target)
-    DATASETS.register(name, DatasetSpec(name, description, requires_data_dir, load))
+    registry.register(name, DatasetSpec(name, description, requires_data_dir, load))
 
 
 _register(
@@ -79,5 +85,12 @@ STANDARD_DATASETS: dict[str, str] = {
     "svhn": "SVHN digits, 10 classes, in memory (train_32x32.mat / test_32x32.mat)",
     "tinyimagenet": "Tiny ImageNet, 200 classes (tiny-imagenet-200/ train + val)",
 }
-for _name, _description in STANDARD_DATASETS.items():
-    _register(_name, _description, True, f"benchmark.data.standard:load_{_name}")
+
+
+def register_standard_datasets(registry: Registry[DatasetSpec]) -> None:
+    """Register cub200, cars196, sop, inshop, cifar100, food101, svhn and tinyimagenet in ``registry``."""
+    for name, description in STANDARD_DATASETS.items():
+        _register(name, description, True, f"benchmark.data.standard:load_{name}", registry)
+
+
+register_standard_datasets(DATASETS)

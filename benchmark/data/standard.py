@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
+from benchmark.data.specs import register_standard_datasets as register_standard_datasets  # moved there
 from benchmark.errors import DataError
 
 # MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (SPEC §2.2); at any other
