@@ -126,10 +126,13 @@ def main() -> None:
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "dmlbench-bad-inputs-cache"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this text")
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     results = []
     for name, section, case_args in CASES:
+        if args.only is not None and args.only not in name:
+            continue
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             prepare(tmp, repo)
