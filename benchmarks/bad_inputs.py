@@ -109,7 +109,7 @@ def run_case(args: list[str], code: Path, tmp: Path, timeout: float, cache: Path
         return {"exit": f"running at {timeout:.0f} s (accepted)", "first": "", "seconds": timeout}
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     first = lines[0] if lines else "(no stderr)"
-    if lines and lines[0].startswith("Traceback"):
+    if any(line.startswith(("Traceback", "concurrent.futures.process._RemoteTraceback")) for line in lines):
         first = f"Traceback ... {lines[-1]}"  # the exception line is the informative one
     return {"exit": proc.returncode, "first": first, "seconds": time.perf_counter() - start}
 
