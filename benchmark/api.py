@@ -56,16 +56,14 @@ def run(
     where the record, run directory and leaderboard files are.
     """
     from benchmark import plugins
-    from benchmark.protocol.dispatch import runner_for
-    from benchmark.protocol.runner import RunRequest
-    from benchmark.search.storage import DEFAULT_HEARTBEAT_S, check_storage_url
+    from benchmark.protocol.request import RunRequest, preflight
+    from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
     heartbeat = DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}.")
     if heartbeat < 1:
         raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
-    check_storage_url(storage)
     if plugins.is_ref(loss):
         loss = plugins.load_ref("loss", loss)
     if dataset is not None and plugins.is_ref(dataset):
@@ -88,6 +86,13 @@ def run(
         workers=workers,
         heartbeat=heartbeat,
     )
+    # Names, values and output folders are checked before torch, Optuna and faiss are imported:
+    # a mistake is reported in a fraction of a second instead of after seconds of imports.
+    preflight(request)
+    from benchmark.protocol.dispatch import runner_for
+    from benchmark.search.storage import check_storage_url
+
+    check_storage_url(storage)
     return runner_for(protocol)(request).run()
 
 

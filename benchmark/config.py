@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import importlib.resources
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -197,6 +198,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"Config key {key!r} must be a number, got {value!r}.")
+        if not math.isfinite(value):
+            # No setting means anything at nan or inf; TOML reads 1e400 as inf (float overflow).
+            hint = " (a number beyond ±1.8e308 overflows to inf)" if math.isinf(value) else ""
+            raise ConfigError(f"Config key {key!r} must be a finite number, got {value!r}{hint}.")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -285,21 +290,43 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
 
 
-def protocol_names(protocols_dir: Path = PROTOCOLS_DIR) -> list[str]:
-    """Names of the protocol files in ``protocols_dir``: the TOML files with a ``[protocol]`` table.
+def scan_protocols(protocols_dir: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """``(names, broken)``: the protocol files in ``protocols_dir`` and the unreadable TOML files.
 
-    Other TOML files there (the ``dmlbench regress`` suite) are settings of other commands.
+    A protocol file is a TOML file with a ``[protocol]`` table; other TOML files there (the
+    ``dmlbench regress`` suite) are settings of other commands. ``broken`` maps the name of each
+    file that is not valid TOML to the error: it may be a protocol, but one broken file must not
+    stop the others (or ``dmlbench list``) from working.
     """
-    return sorted(p.stem for p in protocols_dir.glob("*.toml") if "protocol" in _read_toml(p))
+    names, broken = [], {}
+    for path in sorted((protocols_dir or PROTOCOLS_DIR).glob("*.toml")):
+        try:
+            data = _read_toml(path)
+        except ConfigError as exc:
+            broken[path.stem] = str(exc)
+            continue
+        if "protocol" in data:
+            names.append(path.stem)
+    return names, broken
 
 
-def load_protocol_file(name: str, protocols_dir: Path = PROTOCOLS_DIR) -> dict[str, Any]:
-    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config)."""
-    path = protocols_dir / f"{name}.toml"
+def protocol_names(protocols_dir: Path | None = None) -> list[str]:
+    """Names of the readable protocol files in ``protocols_dir`` (see :func:`scan_protocols`)."""
+    return scan_protocols(protocols_dir)[0]
+
+
+def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str, Any]:
+    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config).
+
+    Only this file is read (an invalid one is a ConfigError naming it and the TOML error); the
+    others are read only to list the valid names when ``name`` is not a protocol.
+    """
+    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
+    path = (protocols_dir or PROTOCOLS_DIR) / f"{name}.toml"
     data = _read_toml(path) if path.is_file() else {}
     if "protocol" not in data:
         raise UnknownNameError("protocol", name, protocol_names(protocols_dir))
@@ -346,7 +373,63 @@ def resolve_config(
     merged = _deep_merge(_deep_merge(protocol_data, budget_nested), user_nested)
     resolved = config_from_mapping(merged)
     _check_protocol_only_keys(resolved)
+    check_values(resolved)
     return resolved, paper
+
+
+#: Largest accepted count (trials, repetitions, epochs, iterations, batch size, ...): far beyond
+#: what any machine could run, so a larger value is a typo (e.g. 10**21 trials), refused before
+#: any compute instead of starting a run with an ETA of 10^21 hours.
+MAX_COUNT = 10**6
+
+#: The integer settings that count work (or size a tensor), bounded by MAX_COUNT.
+COUNT_KEYS = (
+    "train.batch_size",
+    "train.iters_per_epoch",
+    "train.max_epochs",
+    "train.eval_every",
+    "train.patience",
+    "search.n_trials",
+    "search.n_startup_trials",
+    "test.reps",
+    "model.embedding_dim",
+    "data.image_size",
+)
+
+
+def check_values(config: RunConfig) -> None:
+    """Refuse values no protocol can give a meaningful result with (every protocol shares these).
+
+    Registered names and protocol-specific ranges (e.g. counts >= 1) are checked by the runners.
+    """
+    t, d = config.train, config.data
+    if not t.lr > 0:
+        raise ConfigError(
+            f"train.lr must be > 0, got {t.lr!r}: with lr = 0 the trunk and embedder never change "
+            "(the run would score its initialisation), with lr < 0 they climb the loss."
+        )
+    if t.weight_decay < 0:
+        raise ConfigError(f"train.weight_decay must be >= 0, got {t.weight_decay!r}.")
+    for key, value in (("train.momentum", t.momentum), ("train.param_momentum", t.param_momentum)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"{key} must lie in [0, 1), got {value!r}.")
+    if not 0 < config.test.confidence < 1:
+        raise ConfigError(f"test.confidence must lie in (0, 1), got {config.test.confidence!r}.")
+    values = _flatten(config_to_dict(config))
+    for key in COUNT_KEYS:
+        if values[key] > MAX_COUNT:
+            raise ConfigError(
+                f"{key} = {values[key]} is more than any machine could run (at most {MAX_COUNT:,}); "
+                "check the value."
+            )
+    for key, value in (("data.max_classes", d.max_classes), ("data.max_per_class", d.max_per_class)):
+        if value < 0:
+            raise ConfigError(f"{key} must be >= 0 (0 = no limit), got {value}.")
+    if d.max_per_class == 1:
+        raise ConfigError(
+            "data.max_per_class = 1 keeps one image per class: no query would have a positive, so "
+            "retrieval metrics are undefined. Use 0 (all images) or at least 2."
+        )
 
 
 #: Settings that only one protocol reads: setting them for another protocol would be silently

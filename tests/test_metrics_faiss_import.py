@@ -31,7 +31,11 @@ def test_import_error_replaces_the_swig_traceback(tmp_path: Path) -> None:
     fake.mkdir()
     (fake / "__init__.py").write_text(f"raise AttributeError({str(SWIG_ERROR)!r})\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-c", "import benchmark.metrics"]
+    # faiss is imported on first use (not with the metrics package): a search triggers it.
+    use = (
+        "import numpy as np; from benchmark.metrics import knn; knn(np.eye(3, dtype='float32'), 1, 'cosine')"
+    )
+    cmd = [sys.executable, "-c", use]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]

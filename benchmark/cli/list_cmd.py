@@ -6,15 +6,18 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from benchmark import config
 from benchmark.budgets import BUDGETS
-from benchmark.config import PROTOCOLS_DIR, load_protocol_file, protocol_names
 from benchmark.data import DATASETS
-from benchmark.errors import UnknownNameError
+from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
-from benchmark.models.trunks import TRUNKS
+from benchmark.models.specs import TRUNKS
 from benchmark.plugins import source_of
-from benchmark.search.study import SAMPLERS
+from benchmark.search.options import SAMPLERS
+
+# Every registry imported here is a declaration that needs no torch, faiss or Optuna: `dmlbench list`
+# answers in a fraction of a second (tests/test_bad_input.py checks that torch stays unimported).
 
 
 def _losses() -> list[str]:
@@ -52,9 +55,18 @@ def _datasets() -> list[str]:
 
 def _protocols() -> list[str]:
     out = []
-    for name in protocol_names():
-        data = load_protocol_file(name)
-        path = PROTOCOLS_DIR / f"{name}.toml"
+    names, broken = config.scan_protocols()
+    for name in sorted([*names, *broken]):
+        if name in broken:
+            # Shown, not fatal: the other protocols stay usable.
+            out.append(f"{name:12s} BROKEN: {broken[name]}")
+            continue
+        try:
+            data = config.load_protocol_file(name)
+        except ConfigError as exc:  # changed or removed since the scan
+            out.append(f"{name:12s} BROKEN: {exc}")
+            continue
+        path = config.PROTOCOLS_DIR / f"{name}.toml"
         out.append(f"{name:12s} {data['protocol'].get('description', '')}  ({path})")
     return out
 

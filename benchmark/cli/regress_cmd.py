@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.cli.report_cmd import split_names
-from benchmark.protocol.runner import cache_dir
 from benchmark.regress.cases import DEFAULT_BASELINES, DEFAULT_SUITE, load_suite, select_cases
-from benchmark.regress.check import run_check, run_update
 
 
 def add_parser(sub: Any) -> None:
@@ -81,6 +79,10 @@ def reconstruct_command(args: argparse.Namespace) -> str:
 def handle(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, args.data_dir)
     cases = select_cases(suite, split_names(args.cases), split_names(args.datasets), split_names(args.losses))
+    # Training code (torch) only once the suite and the selection are known to be valid.
+    from benchmark.protocol.runner import cache_dir
+    from benchmark.regress.check import run_check, run_update
+
     if args.update:
         command = reconstruct_command(args)
         run_update(cases, suite.settings, args.baselines, cache_dir(), sys.stdout, command)

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmark import api
 from benchmark.config import parse_set_option
-from benchmark.search.storage import DEFAULT_HEARTBEAT_S
+from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
 
 def add_parser(sub: Any) -> None:

@@ -1,15 +1,34 @@
 """Datasets, class-disjoint splits, batch sampling and batched augmentation.
 
-Importing this package registers every dataset.
+Importing this package registers every dataset (:mod:`benchmark.data.specs`) without importing
+torch; the dataset classes and loaders below are imported on first access.
 """
 
-from benchmark.data import folder as _folder  # noqa: F401  (registers "folder")
-from benchmark.data import glyphs as _glyphs  # noqa: F401  (registers "glyphs")
-from benchmark.data import omniglot as _omniglot  # noqa: F401  (registers "omniglot")
-from benchmark.data.base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, load_dataset
-from benchmark.data.standard import LazyImageDataset, load_partitions, register_standard_datasets
+from __future__ import annotations
 
-register_standard_datasets(DATASETS)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from benchmark.data.specs import DATASETS, DatasetOptions, DatasetSpec
+
+if TYPE_CHECKING:
+    from benchmark.data.base import ImageDataset, load_dataset
+    from benchmark.data.standard import LazyImageDataset, load_partitions
+
+# Names re-exported here whose modules import torch: loaded when first used (PEP 562).
+_LAZY = {
+    "ImageDataset": "benchmark.data.base",
+    "load_dataset": "benchmark.data.base",
+    "LazyImageDataset": "benchmark.data.standard",
+    "load_partitions": "benchmark.data.standard",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DATASETS",

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
+from benchmark.data.specs import DATASETS, DatasetOptions, DatasetSpec
 from benchmark.errors import ConfigError, DataError
 from benchmark.io import atomic_write
-from benchmark.registry import Registry
+
+# The registry and its spec types live in benchmark.data.specs (importable without torch).
+__all__ = ["DATASETS", "DatasetOptions", "DatasetSpec", "ImageDataset", "load_dataset", "validate_dataset"]
 
 # Below this side length characters and natural images alike stop carrying usable detail.
 MIN_IMAGE_SIZE = 8
@@ -81,36 +83,6 @@ class ImageDataset:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
-
-
-@dataclass(frozen=True)
-class DatasetOptions:
-    """Where a dataset is read from, the square side its images are resized to, and a cache folder."""
-
-    data_dir: Path | None
-    image_size: int
-    cache_dir: Path
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """A registered dataset: its name, a one-line description and how to load it."""
-
-    name: str
-    description: str
-    requires_data_dir: bool
-    load: Callable[[DatasetOptions], ImageDataset]
-    protocol_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """The papers' settings for this dataset, per protocol name, as dotted config keys applied on
-    top of the protocol file and counted as paper values (not deviations), e.g. MLRC's schedule
-    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (SPEC §2.2)."""
-
-    def settings_for(self, protocol: str) -> Mapping[str, Any]:
-        """This dataset's paper settings under ``protocol`` (empty: the protocol file's values)."""
-        return self.protocol_settings.get(protocol, {})
-
-
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
 def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from benchmark.data.base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset
+from benchmark.data.base import DatasetOptions, ImageDataset
 from benchmark.errors import DataError
 
 _EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -55,11 +55,3 @@ def _square(im: Image.Image, size: int) -> Image.Image:
     w, h = im.size
     left, top = (w - size) // 2, (h - size) // 2
     return im.crop((left, top, left + size, top + size))
-
-
-DATASETS.register(
-    "folder",
-    DatasetSpec(
-        "folder", "Any root/<class>/<image> tree (class ids = sorted folder names)", True, load_folder
-    ),
-)

@@ -20,9 +20,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont, features
 
 from benchmark.data.base import (
-    DATASETS,
     DatasetOptions,
-    DatasetSpec,
     ImageDataset,
     load_npz,
     save_npz_atomically,
@@ -325,17 +323,3 @@ def load_glyphs(options: DatasetOptions) -> ImageDataset:
         labels=labels.astype(np.int64, copy=False),
         class_names={int(c): chr(int(c)) for c in np.unique(labels)},
     )
-
-
-DATASETS.register(
-    "glyphs",
-    DatasetSpec(
-        name="glyphs",
-        description=(
-            "Latin/Greek/Cyrillic letters and digits rendered from matplotlib's 16 DejaVu/STIX faces "
-            "(~390 classes x 32 jittered images); embedded, no download"
-        ),
-        requires_data_dir=False,
-        load=load_glyphs,
-    ),
-)

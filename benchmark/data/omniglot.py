@@ -22,9 +22,7 @@ import torch
 from PIL import Image
 
 from benchmark.data.base import (
-    DATASETS,
     DatasetOptions,
-    DatasetSpec,
     ImageDataset,
     load_npz,
     save_npz_atomically,
@@ -147,14 +145,3 @@ def load_omniglot(options: DatasetOptions) -> ImageDataset:
     labels = np.array([k[0] for k in keys], dtype=np.int64)
     save_npz_atomically(cache, images=images, labels=labels)
     return ImageDataset("omniglot", torch.from_numpy(images), labels)
-
-
-DATASETS.register(
-    "omniglot",
-    DatasetSpec(
-        "omniglot",
-        "Omniglot handwritten characters (class = character id; 20 drawers each); reads the official zips",
-        True,
-        load_omniglot,
-    ),
-)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from benchmark.errors import ConfigError, DataError
@@ -107,3 +108,25 @@ def _fold(train_val: list[int], offset: int, sizes: BlockSizes) -> FoldSplit:
     train = tuple(train_val[(offset + i) % m] for i in range(sizes.n_train))
     val = tuple(train_val[(offset + sizes.n_train + i) % m] for i in range(sizes.n_val))
     return FoldSplit(train=train, val=val)
+
+
+def check_queries_have_positives(
+    labels: Iterable[int], eval_sets: Mapping[str, Sequence[int]], dataset: str
+) -> None:
+    """Raise DataError when an evaluation set has no class with at least 2 images.
+
+    ``eval_sets`` maps a set's name (e.g. "test", "fold 0 validation") to its class ids. A query
+    needs another image of its class in the gallery; without one, MAP@R, P@1 and R-precision are
+    undefined for it, and a set where no class has 2 images scores nothing at all.
+    """
+    counts = Counter(int(c) for c in labels)
+    n_multi = sum(1 for n in counts.values() if n >= 2)
+    for name, class_ids in eval_sets.items():
+        usable = sum(1 for c in class_ids if counts.get(int(c), 0) >= 2)
+        if usable == 0:
+            raise DataError(
+                f"Dataset {dataset!r}: the {name} set has no class with at least 2 images (0 of its "
+                f"{len(class_ids)} classes; {n_multi} of the dataset's {len(counts)} classes have 2 or "
+                "more): no query would have a positive, so retrieval metrics are undefined. Use "
+                "classes with at least 2 images each (data.max_per_class = 0 or >= 2)."
+            )

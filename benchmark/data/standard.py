@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from benchmark.data.augment import AugmentSpec, train_batch_from_whole
-from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, rows_of_classes
+from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
+from benchmark.data.specs import register_standard_datasets as register_standard_datasets  # moved there
 from benchmark.errors import DataError
-from benchmark.registry import Registry
 
 # MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (SPEC §2.2); at any other
 # image size the same margin is kept, so the crop sees the same part of the photo.
@@ -841,15 +841,16 @@ def load_tinyimagenet(options: DatasetOptions) -> LazyImageDataset:
     return _as_lazy(_tinyimagenet(options))
 
 
-_LOADERS: dict[str, tuple[Callable[[DatasetOptions], _Loaded], str]] = {
-    "cub200": (_cub, "CUB-200-2011 birds, 200 classes (on-disk CUB_200_2011/ layout)"),
-    "cars196": (_cars, "Stanford Cars, 196 classes (cars_annos.mat + car_ims/)"),
-    "sop": (_sop, "Stanford Online Products, 22,634 classes (Ebay_train.txt / Ebay_test.txt)"),
-    "inshop": (_inshop, "DeepFashion In-Shop, 7,982 items (list_eval_partition.txt + img/)"),
-    "cifar100": (_cifar100, "CIFAR-100, 100 classes, in memory (cifar-100-python/)"),
-    "food101": (_food101, "Food-101, 101 classes (food-101/meta + images/)"),
-    "svhn": (_svhn, "SVHN digits, 10 classes, in memory (train_32x32.mat / test_32x32.mat)"),
-    "tinyimagenet": (_tinyimagenet, "Tiny ImageNet, 200 classes (tiny-imagenet-200/ train + val)"),
+# Names, descriptions and registration: benchmark.data.specs (importable without torch).
+_LOADERS: dict[str, Callable[[DatasetOptions], _Loaded]] = {
+    "cub200": _cub,
+    "cars196": _cars,
+    "sop": _sop,
+    "inshop": _inshop,
+    "cifar100": _cifar100,
+    "food101": _food101,
+    "svhn": _svhn,
+    "tinyimagenet": _tinyimagenet,
 }
 
 # The official per-image partitions each dataset offers through load_partitions().
@@ -875,7 +876,7 @@ def load_partitions(name: str, options: DatasetOptions) -> dict[str, AnyImageDat
             f"Dataset {name!r} has no official per-image partitions; "
             f"datasets with them: {', '.join(PARTITIONS)}."
         )
-    loaded = _LOADERS[name][0](options)
+    loaded = _LOADERS[name](options)
     assert loaded.partition is not None
     return {
         part: _take(loaded.dataset, np.flatnonzero(loaded.partition == part)) for part in PARTITIONS[name]
@@ -893,47 +894,3 @@ def _take(dataset: AnyImageDataset, index: np.ndarray) -> AnyImageDataset:
         labels=labels,
         class_names={c: n for c, n in dataset.class_names.items() if c in kept},
     )
-
-
-#: The papers' per-dataset settings (see :attr:`DatasetSpec.protocol_settings`).
-#: MLRC's convergence schedule (SPEC §2.2; powerful-benchmarker's ``with_cars196.yaml`` and
-#: ``with_sop.yaml`` agree): validate every ``eval_every`` epochs of 100 iterations, stop after
-#: ``patience`` validations without improvement. CUB's 2/5 is also the protocol file's value; it
-#: is declared here too so that the record names it as CUB's own schedule.
-#: The traditional protocol trains on SOP's official 11,318 training classes (Ebay_train.txt) and
-#: tests on the other 11,316, as the Mean-Field authors' code does, instead of a half/half cut.
-PAPER_SETTINGS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
-    "cub200": {"mlrc": {"train.eval_every": 2, "train.patience": 5}},
-    "cars196": {"mlrc": {"train.eval_every": 5, "train.patience": 3}},
-    "sop": {
-        "mlrc": {"train.eval_every": 20, "train.patience": 2},
-        "traditional": {"protocol.train_classes": 11318},
-    },
-}
-
-
-def register_standard_datasets(registry: Registry[DatasetSpec]) -> None:
-    """Register cub200, cars196, sop, inshop, cifar100, food101, svhn and tinyimagenet in ``registry``."""
-    public: dict[str, Callable[[DatasetOptions], AnyImageDataset]] = {
-        "cub200": load_cub200,
-        "cars196": load_cars196,
-        "sop": load_sop,
-        "inshop": load_inshop,
-        "cifar100": load_cifar100,
-        "food101": load_food101,
-        "svhn": load_svhn,
-        "tinyimagenet": load_tinyimagenet,
-    }
-    for name, load in public.items():
-        # DatasetSpec.load is typed for in-memory ImageDatasets; until base.py also accepts a
-        # LazyImageDataset (and validate_dataset calls its validate()), this cast bridges the gap.
-        registry.register(
-            name,
-            DatasetSpec(
-                name,
-                _LOADERS[name][1],
-                True,
-                cast(Callable[[DatasetOptions], ImageDataset], load),
-                PAPER_SETTINGS.get(name, {}),
-            ),
-        )

@@ -21,12 +21,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.registry import Registry
+
+if TYPE_CHECKING:
+    # Only for annotations: the declarations (and `dmlbench list`) must not import torch; factories
+    # are lazily imported callables (benchmark.lazy) that import it when a loss is first built.
+    import torch
 
 __all__ = [
     "DEFAULT_PARAM_LR",
@@ -90,7 +93,7 @@ class LossContext:
     """D, the width of the embeddings given to ``forward``."""
 
 
-LossFactory = Callable[[LossContext, Mapping[str, float]], torch.nn.Module]
+LossFactory = Callable[[LossContext, Mapping[str, float]], "torch.nn.Module"]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ That message says nothing about the cause, so it is replaced by one that does.
 from __future__ import annotations
 
 import importlib.metadata
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from benchmark.lazy import LazyModule
 
 #: Distributions that install the ``faiss`` package.
 FAISS_DISTRIBUTIONS = ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu11", "faiss-gpu-cu12", "faiss")
@@ -43,9 +47,26 @@ def broken_faiss_message(error: BaseException, installed: dict[str, str]) -> str
     )
 
 
-try:
-    import faiss
-except (ImportError, AttributeError) as exc:  # a half-overwritten SWIG module raises AttributeError
-    raise ImportError(broken_faiss_message(exc, installed_faiss_distributions())) from exc
+def import_faiss() -> ModuleType:
+    """``import faiss``, with the actionable message of :func:`broken_faiss_message` if it fails."""
+    try:
+        import faiss
+    except (ImportError, AttributeError) as exc:  # a half-overwritten SWIG module raises AttributeError
+        raise ImportError(broken_faiss_message(exc, installed_faiss_distributions())) from exc
+    return faiss
 
-__all__ = ["FAISS_DISTRIBUTIONS", "broken_faiss_message", "faiss", "installed_faiss_distributions"]
+
+# Imported on first use, not with the metrics package: `dmlbench list metrics`, `report` and the
+# registry declarations do not need it (faiss takes a noticeable time to import).
+if TYPE_CHECKING:
+    import faiss
+else:
+    faiss = LazyModule("faiss", import_faiss)
+
+__all__ = [
+    "FAISS_DISTRIBUTIONS",
+    "broken_faiss_message",
+    "faiss",
+    "import_faiss",
+    "installed_faiss_distributions",
+]

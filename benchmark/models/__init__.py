@@ -1,8 +1,5 @@
-"""Trunks and the embedder. Importing this package registers every trunk."""
+"""Trunks and the embedder. Importing this package registers every trunk (without importing torch)."""
 
-from benchmark.models.bninception import BNINCEPTION_SPEC
-from benchmark.models.trunks import TRUNKS
-
-TRUNKS.register("bninception", BNINCEPTION_SPEC)
+from benchmark.models.specs import TRUNKS
 
 __all__ = ["TRUNKS"]

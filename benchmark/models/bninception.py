@@ -17,6 +17,7 @@ what they were trained on.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ConfigError
-from benchmark.models.trunks import TrunkSpec, pool_feature_map
+from benchmark.models.specs import TRUNKS
+from benchmark.models.trunks import pool_feature_map
 
 FEATURE_DIM = 1024
 
@@ -203,10 +205,5 @@ def build_bninception(in_channels: int) -> tuple[nn.Module, int]:
     return net, net.out_dim
 
 
-BNINCEPTION_SPEC = TrunkSpec(
-    "bninception",
-    "BN-Inception / Inception v2 (1024-d), the MLRC trunk; loads Cadene's bn_inception-52deb4733.pth",
-    build_bninception,
-    True,
-    ("bn_inception-52deb4733.pth",),
-)
+# The registered spec (benchmark.models.specs, declared without torch) with the builder itself.
+BNINCEPTION_SPEC = dataclasses.replace(TRUNKS.get("bninception"), build=build_bninception)

@@ -19,34 +19,24 @@ import torch
 from torch import nn
 
 from benchmark.errors import ConfigError
-from benchmark.registry import Registry
+from benchmark.models.specs import TIMM_PREFIX, TRUNKS, HFWeights, TrunkSpec, trunk_spec
 
-
-@dataclass(frozen=True)
-class HFWeights:
-    """A Hugging Face hub repository holding a trunk's weights, and its file names in load order."""
-
-    repo_id: str
-    revision: str | None  # None: the "main" branch, as huggingface_hub resolves it
-    files: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TrunkSpec:
-    """A registered trunk: how to build it and what it outputs."""
-
-    name: str
-    description: str
-    build: Callable[[int], tuple[nn.Module, int]]  # in_channels -> (module, feature dim)
-    has_public_weights: bool
-    # File names the public ImageNet weights have in the torch hub cache (torch.hub.get_dir()),
-    # where torchvision / pretrainedmodels (and timm < 0.9, for its URL weights) put them.
-    cache_files: tuple[str, ...] = ()
-    # The same weights as timm >= 0.9 downloads them, into the Hugging Face hub cache.
-    hf_weights: HFWeights | None = None
-    # Classifier modules a checkpoint may hold beyond the headless trunk (timm's pretrained_cfg
-    # "classifier"); their keys are skipped on load, on top of the usual classifier names.
-    head_names: tuple[str, ...] = ()
+# The specs live in benchmark.models.specs (importable without torch); re-exported for callers.
+__all__ = [
+    "TIMM_PREFIX",
+    "TRUNKS",
+    "EmbeddingModel",
+    "HFWeights",
+    "TrunkSpec",
+    "WeightsLookup",
+    "build_head",
+    "build_model",
+    "check_weights_file",
+    "load_trunk_weights",
+    "lookup_cached_weights",
+    "set_train_mode",
+    "trunk_spec",
+]
 
 
 @dataclass(frozen=True)
@@ -124,9 +114,6 @@ def lookup_cached_weights(spec: TrunkSpec) -> WeightsLookup:
     return WeightsLookup(None, "", tuple(searched))
 
 
-TRUNKS: Registry[TrunkSpec] = Registry("trunk")
-
-
 def pool_feature_map(x: torch.Tensor, mode: str) -> torch.Tensor:
     """(B, C, H, W) -> (B, C): global average pooling, or with ``"avg+max"`` the sum of global
     average and global max pooling (the Proxy-Anchor / Mean-Field code's BN-Inception)."""
@@ -188,9 +175,6 @@ def _torchvision_googlenet(in_channels: int) -> tuple[nn.Module, int]:
     return net, out_dim
 
 
-TIMM_PREFIX = "timm:"
-
-
 def _timm_trunk(model_name: str) -> Callable[[int], tuple[nn.Module, int]]:
     def build(in_channels: int) -> tuple[nn.Module, int]:
         timm = _import_timm(model_name)
@@ -241,7 +225,7 @@ def _url_file(url: str | tuple[str, str]) -> str:
     return PurePosixPath(urlparse(url).path).name
 
 
-def _timm_spec(name: str, model_name: str) -> TrunkSpec:
+def timm_spec(name: str, model_name: str) -> TrunkSpec:
     """The trunk spec of timm model ``model_name`` (``arch`` or ``arch.tag``) and where its weights live."""
     timm = _import_timm(model_name)
     from timm.models import get_pretrained_cfg
@@ -279,49 +263,11 @@ def _timm_spec(name: str, model_name: str) -> TrunkSpec:
     )
 
 
-def trunk_spec(name: str) -> TrunkSpec:
-    """The registered trunk ``name``, or ``timm:<model>`` for any timm model (optional extra)."""
-    if name.startswith(TIMM_PREFIX):
-        return _timm_spec(name, name[len(TIMM_PREFIX) :])
-    return TRUNKS.get(name)
-
-
-TRUNKS.register(
-    "smallcnn",
-    TrunkSpec(
-        "smallcnn", "4-block CNN (16-32-64-128 ch), for small grayscale images on CPU", _small_cnn, False
-    ),
-)
-TRUNKS.register(
-    "resnet18",
-    TrunkSpec(
-        "resnet18",
-        "torchvision ResNet-18 (512-d)",
-        _torchvision_resnet("resnet18"),
-        True,
-        ("resnet18-f37072fd.pth",),
-    ),
-)
-TRUNKS.register(
-    "resnet50",
-    TrunkSpec(
-        "resnet50",
-        "torchvision ResNet-50 (2048-d)",
-        _torchvision_resnet("resnet50"),
-        True,
-        ("resnet50-11ad3fa6.pth", "resnet50-0676ba61.pth"),
-    ),
-)
-TRUNKS.register(
-    "googlenet",
-    TrunkSpec(
-        "googlenet",
-        "torchvision GoogLeNet / Inception v1 (1024-d)",
-        _torchvision_googlenet,
-        True,
-        ("googlenet-1378be20.pth",),
-    ),
-)
+# The registered trunks' builders (named "module:attr" in benchmark.models.specs).
+small_cnn = _small_cnn
+torchvision_resnet18 = _torchvision_resnet("resnet18")
+torchvision_resnet50 = _torchvision_resnet("resnet50")
+torchvision_googlenet = _torchvision_googlenet
 
 
 # Classifier heads (and GoogLeNet's auxiliary classifiers) are not part of a trunk: torchvision's
@@ -344,12 +290,26 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
             return load_file(path, device="cpu")
         except SafetensorError as exc:
             raise ConfigError(f"Trunk weights file {path} is not a readable safetensors file: {exc}") from exc
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises anything from IndexError to UnpicklingError on a non-checkpoint
+        raise ConfigError(
+            f"Trunk weights file {path} is not a PyTorch checkpoint ({type(exc).__name__}: {exc}); expected "
+            "a state dict saved with torch.save (.pth/.pt) or a .safetensors file."
+        ) from exc
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
-    if not isinstance(state, Mapping):
-        raise ConfigError(f"Trunk weights file {path} holds a {type(state).__name__}, not a state dict.")
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(
+            f"Trunk weights file {path} holds a {type(state).__name__}, not a state dict "
+            "(a mapping of parameter names to tensors, as torch.save(model.state_dict(), path) writes)."
+        )
     return state
+
+
+def check_weights_file(path: Path) -> None:
+    """Raise ConfigError unless ``path`` is a readable state dict (checked before any data is loaded)."""
+    _read_state_dict(path)
 
 
 def load_trunk_weights(trunk: nn.Module, path: Path, head_names: tuple[str, ...] = ()) -> None:

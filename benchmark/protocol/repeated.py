@@ -25,13 +25,13 @@ from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
+from benchmark.protocol.request import validate_common
 from benchmark.protocol.runner import (
     MLRCRun,
     RunResult,
     _interval_dict,
     cache_dir,
     load_run_dataset,
-    validate_common,
 )
 from benchmark.protocol.train import iterations_per_epoch
 

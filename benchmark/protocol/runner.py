@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from benchmark.budgets import BUDGETS
 from benchmark.config import (
     Deviation,
     RunConfig,
@@ -32,33 +31,37 @@ from benchmark.config import (
     config_to_dict,
     describe_schedule,
     deviations,
-    load_protocol_file,
-    protocol_kind,
     resolve_config,
 )
-from benchmark.data import DATASETS, DatasetOptions, load_dataset
+from benchmark.data import DatasetOptions, load_dataset
 from benchmark.data.augment import CHARACTER_AUGMENT, IMAGENET_AUGMENT, PAPER_AUGMENT, AugmentSpec
 from benchmark.data.base import ImageDataset
-from benchmark.data.splits import MLRCSplit, mlrc_split
+from benchmark.data.splits import MLRCSplit, check_queries_have_positives, mlrc_split
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import atomic_write, differing_keys, read_json, write_json_atomic
 from benchmark.losses import LOSSES, LossSpec, SearchDim
-from benchmark.metrics import METRICS, evaluate
+from benchmark.metrics import evaluate
 from benchmark.metrics.knn import use_gpu_search
 from benchmark.models.features import FeatureDataset, Samples, load_features, load_or_compute_features
-from benchmark.models.pretrained import is_builtin, weights_record
+from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
 from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
 from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress, Stopwatch
+from benchmark.protocol.request import (
+    AUGMENT_NAMES,
+    check_request,
+    dataset_paper_settings,
+    request_layers,
+    validate_common,
+)
+from benchmark.protocol.request import RunRequest as RunRequest  # re-exported: its home before
 from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, build_fold_model, embed_samples
-from benchmark.protocol.training_options import validate_training_options
 from benchmark.search.storage import (
-    DEFAULT_HEARTBEAT_S,
     fail_stale,
     heartbeat,
     is_database_url,
@@ -71,7 +74,6 @@ from benchmark.search.study import (
     FAILED_SCORE,
     FAILURE_ATTR,
     INTERRUPTIONS_ATTR,
-    SAMPLERS,
     SURPLUS_ATTR,
     best_trial,
     budget_rank,
@@ -95,35 +97,10 @@ _POLL_S = 1.0
 # Our own progress display says what Optuna's per-trial INFO lines would, in the protocol's terms.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-AUGMENTS: dict[str, AugmentSpec | None] = {
-    "paper": PAPER_AUGMENT,
-    "imagenet": IMAGENET_AUGMENT,
-    "characters": CHARACTER_AUGMENT,
-    "none": None,
-}
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What the user asked for on the command line."""
-
-    loss: str
-    protocol: str = "mlrc"
-    dataset: str | None = None
-    data_dir: str | None = None
-    budget: str = "mini"
-    seed: int = 0
-    sampler: str | None = None
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    out: Path = Path("runs")
-    results_dir: Path = Path("results")
-    device: str = "auto"
-    jobs: int = 0  # fold-parallel worker processes; 0 = one per CPU core (1 on GPU)
-    quiet: bool = False
-    storage: str | None = None  # database URL shared by several processes; None = the run dir's journal
-    workers: int = 1  # local search processes sharing the study
-    worker_id: int | None = None  # set in a process started by --workers: it only runs search trials
-    heartbeat: int = DEFAULT_HEARTBEAT_S  # seconds between heartbeats of a running trial (database)
+# The names are declared (and validated) in benchmark.protocol.request, without torch.
+AUGMENTS: dict[str, AugmentSpec | None] = dict(
+    zip(AUGMENT_NAMES, (PAPER_AUGMENT, IMAGENET_AUGMENT, CHARACTER_AUGMENT, None), strict=True)
+)
 
 
 @dataclass
@@ -146,8 +123,15 @@ def pick_device(name: str) -> torch.device:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     elif name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {name} was requested but CUDA is not available on this machine.")
+    elif name.startswith("mps") and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name} was requested but MPS (Apple GPU) is not available here.")
     else:
         device = torch.device(name)
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                f"numbered from 0."
+            )
     use_gpu_search(device.type == "cuda")
     return device
 
@@ -164,17 +148,9 @@ class MLRCRun:
     def resolve(self) -> None:
         """Build and validate the whole configuration before any compute."""
         req = self.request
+        check_request(req)
         self.loss_spec: LossSpec = LOSSES.get(req.loss)
-        budget = BUDGETS.get(req.budget)
-        user: dict[str, Any] = dict(req.overrides)
-        if req.dataset is not None:
-            user["data.dataset"] = req.dataset
-        if req.data_dir is not None:
-            user["data.data_dir"] = str(Path(req.data_dir).resolve())
-        if req.sampler is not None:
-            user["search.sampler"] = req.sampler
-        protocol_data = load_protocol_file(req.protocol)
-        overrides = budget.overrides_for(protocol_kind(protocol_data))
+        protocol_data, overrides, user = request_layers(req)
         self.budget_overrides = overrides
         self.config, self.paper = resolve_config(protocol_data, overrides, user, dataset_paper_settings)
         cached = self._cached_trunk_weights()
@@ -273,6 +249,9 @@ class MLRCRun:
 
     def split(self) -> None:
         self.splits: MLRCSplit = mlrc_split(self.dataset.classes().tolist(), self.config.protocol.n_folds)
+        eval_sets = {"test": self.splits.test}
+        eval_sets.update({f"fold {i} validation": f.val for i, f in enumerate(self.splits.folds)})
+        check_queries_have_positives(self.dataset.labels, eval_sets, self.config.data.dataset)
         data = fold_data(self.dataset if self.features is None else self.features, self.splits)
         self.test_set, self.fold_sets = data.test, data.folds
         jobs = self.request.jobs if self.request.jobs > 0 else default_jobs(self.device)
@@ -865,54 +844,15 @@ class MLRCRun:
         return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
 
 
-def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
-    """The registered dataset's paper settings under ``protocol`` (DatasetSpec.protocol_settings)."""
-    return DATASETS.get(dataset).settings_for(protocol)
-
-
-def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
-    """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
-    DATASETS.get(c.data.dataset)
-    trunk_spec(c.model.trunk)
-    if c.model.pretrained and not c.model.trunk_weights:
-        searched = lookup_cached_weights(trunk_spec(c.model.trunk)).searched
-        where = "".join(f" and {place}" for place in searched)
-        raise ConfigError(
-            f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given{where}; "
-            "weights are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
-        )
-    if is_builtin(c.model.trunk_weights):
-        # Checks the name, the trunk it belongs to and the file's sha256 before any compute.
-        weights_record(c.model.trunk, True, c.model.trunk_weights)
-    elif c.model.trunk_weights and not Path(c.model.trunk_weights).expanduser().is_file():
-        raise ConfigError(f"--trunk-weights / model.trunk_weights: no such file {c.model.trunk_weights!r}.")
-    SAMPLERS.get(c.search.sampler)
-    for m in c.test.metrics:
-        METRICS.get(m)
-    if c.data.augment not in AUGMENTS:
-        raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENTS)}.")
-    if c.model.frozen_trunk and c.data.augment != "none":
-        # Features are cached once per image, so they are of un-augmented images; asking for the
-        # user's explicit data.augment=none records that loss of augmentation as a deviation too.
-        raise ConfigError(
-            f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
-            f"data.augment = {c.data.augment!r}; add --set data.augment=none."
-        )
-    validate_training_options(c)
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{key} must be >= 1, got {value}.")
-    if c.test.reps < 2:
-        raise ConfigError(f"test.reps must be >= 2 to give a confidence interval, got {c.test.reps}.")
-
-
 def load_run_dataset(config: RunConfig, cache: Path) -> ImageDataset:
     """The configured dataset, subsampled as configured."""
     c = config.data
     options = DatasetOptions(
         data_dir=Path(c.data_dir) if c.data_dir else None, image_size=c.image_size, cache_dir=cache
     )
-    return subsample(load_dataset(c.dataset, options), c.max_classes, c.max_per_class)
+    dataset = subsample(load_dataset(c.dataset, options), c.max_classes, c.max_per_class)
+    check_queries_have_positives(dataset.labels, {"whole": dataset.classes().tolist()}, c.dataset)
+    return dataset
 
 
 def fold_data(dataset: Samples, splits: MLRCSplit) -> FoldData:

@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +55,17 @@ def load_records(results_dir: Path, dataset: str, protocol: str) -> list[dict[st
     folder = results_dir / dataset / protocol / "records"
     records = []
     for path in sorted(folder.glob("*.json")):
-        with path.open(encoding="utf-8") as fh:
-            records.append(json.load(fh))
+        try:
+            with path.open(encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # One damaged file (e.g. truncated by a full disk) must not hide every other result.
+            print(f"dmlbench: warning: skipping unreadable record {path}: {exc}", file=sys.stderr)
+            continue
+        if not isinstance(record, dict):
+            print(f"dmlbench: warning: skipping {path}: not a run record (a JSON object)", file=sys.stderr)
+            continue
+        records.append(record)
     return sorted(records, key=lambda r: (r.get("created", ""), r.get("loss", "")))
 
 

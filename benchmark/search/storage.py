@@ -33,6 +33,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage, fail_stale_
 from optuna.storages.journal import JournalFileBackend
 
 from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.search.options import DEFAULT_HEARTBEAT_S as DEFAULT_HEARTBEAT_S  # re-exported
 
 try:  # Optuna >= 5 renamed the retry callback and its RDBStorage argument
     from optuna.storages import RetryHeartbeatStaleTrialCallback as _Retry
@@ -49,7 +50,6 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 IDENTITY_ATTR = "dmlbench_identity"
 READY_ATTR = "dmlbench_ready"
-DEFAULT_HEARTBEAT_S = 30
 
 
 def is_database_url(url: str | None) -> bool:

@@ -27,15 +27,7 @@ from scipy.stats import qmc
 
 from benchmark.errors import ConfigError
 from benchmark.losses import SearchDim
-from benchmark.registry import Registry
-
-SAMPLERS: Registry[str] = Registry("sampler")
-for _name, _doc in [
-    ("gp", "Gaussian-process BO with log-EI (Optuna GPSampler), mirroring MLRC's Ax/BoTorch"),
-    ("tpe", "Tree-structured Parzen estimator (Optuna TPESampler)"),
-    ("random", "Uniform random search (Optuna RandomSampler)"),
-]:
-    SAMPLERS.register(_name, _doc)
+from benchmark.search.options import SAMPLERS
 
 # Attribute set on a trial that failed because its process died, not because of its parameters;
 # such trials are retried and do not count towards the configured number of trials.

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,8 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
         return Interval(mean=mean, half_width=0.0, n=n, low=mean, high=mean)
     mean = float(x.mean())
     sem = float(x.std(ddof=1) / np.sqrt(n))
+    import scipy.stats  # on first use: scipy.stats takes seconds to import, `dmlbench --help` none
+
     half_width = float(scipy.stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sem
     return Interval(mean=mean, half_width=half_width, n=n, low=mean - half_width, high=mean + half_width)
 
@@ -61,6 +62,8 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """
     x = np.asarray(a, dtype=np.float64).reshape(-1)
     y = np.asarray(b, dtype=np.float64).reshape(-1)
+    import scipy.stats
+
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         # scipy warns about degenerate samples (too few, constant); the module docstring says
         # what comes back for them.

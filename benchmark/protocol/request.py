@@ -1,0 +1,207 @@
+"""What a run is asked to do, and every check of it that needs neither data nor torch.
+
+``dmlbench run`` calls :func:`preflight` right after parsing its arguments, before importing the
+runners (torch, Optuna, faiss): a mistyped name or value is refused in a fraction of a second.
+The runners call the same functions again in their ``resolve`` step (for callers of the Python
+API), followed by the checks that need torch or the data.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.budgets import BUDGETS
+from benchmark.config import RunConfig, load_protocol_file, protocol_kind, resolve_config
+from benchmark.data import DATASETS
+from benchmark.errors import ConfigError
+from benchmark.losses import LOSSES
+from benchmark.metrics import METRICS
+from benchmark.models.pretrained import is_builtin, weights_record
+from benchmark.models.specs import trunk_spec
+from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked for on the command line."""
+
+    loss: str
+    protocol: str = "mlrc"
+    dataset: str | None = None
+    data_dir: str | None = None
+    budget: str = "mini"
+    seed: int = 0
+    sampler: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    out: Path = Path("runs")
+    results_dir: Path = Path("results")
+    device: str = "auto"
+    jobs: int = 0  # fold-parallel worker processes; 0 = one per CPU core (1 on GPU)
+    quiet: bool = False
+    storage: str | None = None  # database URL shared by several processes; None = the run dir's journal
+    workers: int = 1  # local search processes sharing the study
+    worker_id: int | None = None  # set in a process started by --workers: it only runs search trials
+    heartbeat: int = DEFAULT_HEARTBEAT_S  # seconds between heartbeats of a running trial (database)
+
+
+#: ``--device`` values: ``auto`` (CUDA if present), ``cpu``, ``cuda`` / ``cuda:N``, ``mps``.
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+#: ``data.augment`` values (the runner maps each to its augmentation).
+AUGMENT_NAMES = ("paper", "imagenet", "characters", "none")
+
+#: Counts every protocol needs >= 1 (the MLRC runner adds its search and iteration counts).
+COMMON_POSITIVE = (
+    "train.batch_size",
+    "train.max_epochs",
+    "train.eval_every",
+    "train.patience",
+    "test.reps",
+    "model.embedding_dim",
+    "data.image_size",
+)
+
+
+def check_request(req: RunRequest) -> None:
+    """Refuse command-line values that no run can use (before anything is read or computed)."""
+    if req.seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (seeds are non-negative integers), got {req.seed}.")
+    if req.jobs < 0:
+        raise ConfigError(
+            f"--jobs must be >= 1, or 0 for one per CPU core (max 4; 1 on GPU); got {req.jobs}."
+        )
+    if req.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {req.workers}.")
+    if req.heartbeat < 1:
+        raise ConfigError(f"--heartbeat must be >= 1 second, got {req.heartbeat}.")
+    if not DEVICE_PATTERN.fullmatch(req.device):
+        raise ConfigError(
+            f"Unknown --device {req.device!r}; valid: auto, cpu, cuda, cuda:N (e.g. cuda:0), mps."
+        )
+    for flag, folder in (("--out", req.out), ("--results-dir", req.results_dir)):
+        check_writable_dir(folder, flag)
+
+
+def check_writable_dir(folder: Path, flag: str) -> None:
+    """Refuse ``folder`` unless it is, or can be created as, a directory this process can write in.
+
+    Checked at start: a run writes its run directory first and its record last, and a read-only
+    results folder found only after training would waste the whole run.
+    """
+    path = folder.expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {folder}: {existing} exists and is not a directory.")
+    try:
+        # A real write, not os.access: read-only mounts, ACLs and root all answer the same way here.
+        with tempfile.TemporaryFile(dir=existing, prefix=".dmlbench-write-check-"):
+            pass
+    except OSError as exc:
+        what = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise ConfigError(
+            f"{flag} {folder} {what} ({exc.strerror or exc}). Choose a writable folder."
+        ) from exc
+
+
+def request_layers(req: RunRequest) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any]]:
+    """``(protocol file, budget overrides, user overrides)`` of a request (see ``resolve_config``)."""
+    budget = BUDGETS.get(req.budget)
+    user: dict[str, Any] = dict(req.overrides)
+    if req.dataset is not None:
+        user["data.dataset"] = req.dataset
+    if req.data_dir is not None:
+        user["data.data_dir"] = str(Path(req.data_dir).resolve())
+    if req.sampler is not None:
+        user["search.sampler"] = req.sampler
+    protocol_data = load_protocol_file(req.protocol)
+    return protocol_data, budget.overrides_for(protocol_kind(protocol_data)), user
+
+
+def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
+    """The registered dataset's paper settings under ``protocol`` (DatasetSpec.protocol_settings)."""
+    return DATASETS.get(dataset).settings_for(protocol)
+
+
+def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
+    """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
+    DATASETS.get(c.data.dataset)
+    spec = trunk_spec(c.model.trunk)
+    if c.model.trunk_weights and not c.model.pretrained:
+        # Which one wins is not obvious (weights ignored, or pretrained switched on?): refused.
+        raise ConfigError(
+            f"--trunk-weights / model.trunk_weights = {c.model.trunk_weights!r} was given but "
+            "model.pretrained = false (the cpu budgets train from scratch). To start from those weights "
+            "add --set model.pretrained=true; to train from scratch, leave out --trunk-weights."
+        )
+    if c.model.pretrained and not c.model.trunk_weights:
+        from benchmark.models.trunks import lookup_cached_weights  # reads torch's hub directory
+
+        searched = lookup_cached_weights(spec).searched
+        where = "".join(f" and {place}" for place in searched)
+        raise ConfigError(
+            f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given{where}; "
+            "weights are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
+        )
+    if is_builtin(c.model.trunk_weights):
+        # Checks the name, the trunk it belongs to and the file's sha256 before any compute.
+        weights_record(c.model.trunk, True, c.model.trunk_weights)
+    elif c.model.trunk_weights:
+        path = Path(c.model.trunk_weights).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"--trunk-weights / model.trunk_weights: no such file {c.model.trunk_weights!r}."
+            )
+        from benchmark.models.trunks import check_weights_file  # torch reads the file
+
+        check_weights_file(path)
+    SAMPLERS.get(c.search.sampler)
+    for m in c.test.metrics:
+        METRICS.get(m)
+    if c.data.augment not in AUGMENT_NAMES:
+        raise ConfigError(f"Unknown data.augment {c.data.augment!r}; valid: {', '.join(AUGMENT_NAMES)}.")
+    if c.model.frozen_trunk and c.data.augment != "none":
+        # Features are cached once per image, so they are of un-augmented images; asking for the
+        # user's explicit data.augment=none records that loss of augmentation as a deviation too.
+        raise ConfigError(
+            f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
+            f"data.augment = {c.data.augment!r}; add --set data.augment=none."
+        )
+    from benchmark.protocol.training_options import validate_training_options  # imports torch
+
+    validate_training_options(c)
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}.")
+    if c.test.reps < 2:
+        raise ConfigError(f"test.reps must be >= 2 to give a confidence interval, got {c.test.reps}.")
+
+
+def positive_counts(c: RunConfig, keys: tuple[str, ...]) -> dict[str, int]:
+    """``{key: value}`` of the dotted integer settings ``keys`` (for :func:`validate_common`)."""
+    out = {}
+    for key in keys:
+        section, name = key.split(".")
+        out[key] = int(getattr(getattr(c, section), name))
+    return out
+
+
+def preflight(req: RunRequest) -> RunConfig:
+    """Every check of ``req`` that needs neither torch nor the data; returns the resolved config.
+
+    Pretrained weights asked for without a file are looked up in the runner (in torch's cache),
+    so that case, and the protocol-specific checks, are left to the runner's ``resolve``.
+    """
+    check_request(req)
+    LOSSES.get(req.loss)
+    config, _ = resolve_config(*request_layers(req), dataset_paper_settings)
+    if config.model.pretrained and not config.model.trunk_weights:
+        return config
+    validate_common(config, positive_counts(config, COMMON_POSITIVE))
+    return config
