@@ -30,7 +30,8 @@ from benchmark.report.published import (
     reproduction_tolerance,
 )
 
-SHARED = Path("/work/shared")
+# shared/ lies beside the checkout (as ../shared/data/omniglot in conftest), on CI too.
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 MLRC_TSV = SHARED / "published" / "mlrc2020_cub_cars.tsv"
 MF_TEXT = SHARED / "papers" / "mean-field-dml-iclr2024.txt"
 SHIPPED = sorted(SHIPPED_DIR.glob("*.tsv"))
