@@ -1,6 +1,6 @@
 """Budgets: named overrides that scale a protocol's counts and model size.
 
-The protocol logic is identical across budgets (SPEC §2.6). ``paper`` overrides nothing; the
+The protocol logic is identical across budgets (docs/protocols.md §2.6). ``paper`` overrides nothing; the
 others exist so the protocol runs on a laptop CPU (``mini``, the default) and in CI (``smoke``).
 What a budget changes shows up automatically as deviations in the run record.
 """
@@ -49,7 +49,7 @@ _CPU_COMMON: dict[str, Any] = {
     "train.lr": 1e-4,
 }
 
-# traditional (SPEC §2.5): the paper's AdamW lr 1e-4 is already the from-scratch rate above, batch
+# traditional (protocols.md §2.5): the paper's AdamW lr 1e-4 is already the from-scratch rate above, batch
 # 128 and 512-d stay; epochs are dataset passes (train.iters_per_epoch = 0), so only their number,
 # the patience and the repetitions shrink.
 # SOP's paper split (11,318 training classes, a dataset setting) needs all 22,634 classes; the CPU
@@ -75,7 +75,7 @@ _TRADITIONAL_SMOKE: dict[str, Any] = {
     "train.patience": 1,
     "test.reps": 2,
 }
-# cbir (SPEC §2.5, Class-Anchor-Margin paper): Adam lr 1e-3 from scratch is kept; the small CNN on
+# cbir (protocols.md §2.5, Class-Anchor-Margin paper): Adam lr 1e-3 from scratch is kept; the small CNN on
 # 28 px replaces ResNet-50 and fewer epochs (always trained to the end, eval_every = max_epochs)
 # and repetitions are run.
 _CBIR_CPU: dict[str, Any] = {
@@ -99,7 +99,7 @@ _CBIR_SMOKE: dict[str, Any] = {
     "test.reps": 2,
 }
 
-BUDGETS.register("paper", Budget("paper", "The paper's numbers exactly (SPEC §2.2-2.5); GPU-scale.", {}))
+BUDGETS.register("paper", Budget("paper", "The paper's numbers exactly (§2.2-2.5); GPU-scale.", {}))
 BUDGETS.register(
     "mini",
     Budget(

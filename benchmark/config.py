@@ -34,7 +34,7 @@ T = TypeVar("T")
 def protocols_dir() -> Path:
     """Where the protocol files are: ``protocols/`` of a source checkout, else the installed copy.
 
-    One copy exists in the tree (``protocols/`` at its top, SPEC §1); a wheel ships it as
+    One copy exists in the tree (``protocols/`` at its top, docs/protocols.md §1); a wheel ships it as
     ``benchmark/protocols/`` (setup.py), found here with importlib.resources. The checkout wins
     so that a developer running from a clone (``PYTHONPATH``) reads the files being edited.
     """
@@ -103,7 +103,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One fold's training schedule (SPEC §2.2)."""
+    """One fold's training schedule (docs/protocols.md §2.2)."""
 
     batch_size: int = 32
     iters_per_epoch: int = 100
@@ -126,7 +126,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Hyperparameter search (SPEC §2.3)."""
+    """Hyperparameter search (docs/protocols.md §2.3)."""
 
     n_trials: int = 50
     n_startup_trials: int = 5
@@ -136,7 +136,7 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class TestConfig:
-    """Test-stage retraining and evaluation (SPEC §2.4)."""
+    """Test-stage retraining and evaluation (docs/protocols.md §2.4)."""
 
     reps: int = 10
     metrics: tuple[str, ...] = ("map_at_r", "precision_at_1", "r_precision")
@@ -342,7 +342,7 @@ def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
 
 
 #: A dataset's paper settings under a protocol: ``(dataset name, protocol name)`` -> dotted-key
-#: settings (e.g. MLRC's per-dataset convergence schedule, SPEC §2.2). The runner passes one that
+#: settings (e.g. MLRC's per-dataset convergence schedule, docs/protocols.md §2.2). The runner passes one that
 #: reads :attr:`benchmark.data.base.DatasetSpec.protocol_settings`; this module stays torch-free.
 DatasetSettings = Callable[[str, str], Mapping[str, Any]]
 

@@ -1,4 +1,4 @@
-"""Two-stage vs brute-force retrieval (SPEC §4.3) on closed-set splits of glyphs and omniglot.
+"""Two-stage vs brute-force retrieval (docs/protocols.md §4.3) on closed-set splits of glyphs and omniglot.
 
 For each dataset and class-anchor loss: train the loss quickly on the database (training) images
 of a closed-set split with the benchmark's own ``train_fold`` (mini-budget model: small CNN, 28 px,

@@ -1,5 +1,5 @@
 """Why a fold training stopped (``stopped_by``), the convergence shares of a record, and how the
-leaderboard shows them (SPEC §2.6)."""
+leaderboard shows them (docs/protocols.md §2.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MLRC class-disjoint splits (SPEC §2.1, powerful-benchmarker's MLRCSplitManager)."""
+"""MLRC class-disjoint splits (docs/protocols.md §2.1, powerful-benchmarker's MLRCSplitManager)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def test_spec_is_consistent(name: str) -> None:
 
 
 def test_registry_holds_every_spec_loss() -> None:
-    # The one place a list of names is right: SPEC §3 is the list of what must be registered.
+    # The one place a list of names is right: docs/protocols.md §3 is the list of what must be registered.
     spec_section_3 = {
         "contrastive", "triplet", "ntxent", "margin", "snr", "ms", "ms-miner", "proxynca",
         "normsoftmax", "cosface", "arcface", "softtriple", "proxyanchor", "mfcont", "cwms",

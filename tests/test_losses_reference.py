@@ -1,4 +1,4 @@
-"""Losses against explicit-loop recomputations of their published formulas (SPEC §3), float64.
+"""Losses against explicit-loop recomputations of their published formulas (docs/protocols.md §3), float64.
 
 Each reference below is written independently of ``benchmark.losses.functional``: plain Python
 loops over samples, classes and proxies, one scalar term at a time, exactly as the formula

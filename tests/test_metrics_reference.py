@@ -1,4 +1,4 @@
-"""Naive reference implementations of the metrics (SPEC §4.1, §4.2), and their own sanity tests.
+"""Naive reference implementations of the metrics (docs/protocols.md §4.1, §4.2), and their own sanity tests.
 
 Everything here is a straight, one-query-at-a-time transcription of the definitions, written to
 be read rather than to be fast. The other ``test_metrics_*`` files import these references and

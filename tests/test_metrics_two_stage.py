@@ -1,4 +1,4 @@
-"""Two-stage retrieval (SPEC §4.3) and query-vs-database brute force against hand-checked cases
+"""Two-stage retrieval (docs/protocols.md §4.3) and query-vs-database brute force against hand-checked cases
 and naive per-query Python references."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cbir protocol (SPEC §2.5, §4.3): metric parsing, anchors and retrieval scoring on hand-checkable
+"""The cbir protocol (§2.5, §4.3): metric parsing, anchors and retrieval scoring on hand-checkable
 data; then `--budget smoke` runs as subprocesses: two-stage for an anchor loss (cam), none for a
 pair loss (contrastive), finite values, resume without training, strict config."""
 

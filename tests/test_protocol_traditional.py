@@ -1,4 +1,4 @@
-"""The traditional protocol (SPEC §2.5): half/half split, loss-parameter lrs, pass sampling, budget
+"""The traditional protocol (protocols.md §2.5): half/half split, loss-parameter lrs, pass sampling, budget
 overrides and dispatch by hand; then a `--budget smoke` run as a subprocess (record structure,
 labelled selection on test, leaderboard, resume without training, strict config)."""
 

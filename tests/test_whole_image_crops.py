@@ -1,4 +1,4 @@
-"""Training crops come from the whole photo, evaluation from its centre square (SPEC §2.2).
+"""Training crops come from the whole photo, evaluation from its centre square (docs/protocols.md §2.2).
 
 A generated CUB-layout tree of wide images whose left and right borders carry a pure red marker
 (the rest mid-grey): the evaluation crop (shorter side resized, centre square) never contains

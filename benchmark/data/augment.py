@@ -36,7 +36,7 @@ class AugmentSpec:
             raise ConfigError(f"max_rotation_deg must be in [0, 180], got {self.max_rotation_deg}.")
 
 
-# The paper pipeline (SPEC §2.2): RandomResizedCrop(scale 0.16-1, ratio 3/4-4/3) and horizontal flip.
+# The paper pipeline (protocols.md §2.2): RandomResizedCrop(scale 0.16-1, ratio 3/4-4/3) and horizontal flip.
 PAPER_AUGMENT = AugmentSpec(scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3), max_rotation_deg=0.0, hflip=True)
 
 # torchvision's RandomResizedCrop defaults (scale 0.08-1, ratio 3/4-4/3) and horizontal flip: the
@@ -78,7 +78,7 @@ def train_batch_from_whole(
     """Random resized crops of ``size`` x ``size`` taken from whole images of any shape, normalised.
 
     ``images`` are uint8 (C, H, W) tensors that may differ in height and width (photos resized to
-    a shorter side of 256 and not cropped, SPEC §2.2): each crop's area fraction and aspect ratio
+    a shorter side of 256 and not cropped, docs/protocols.md §2.2): each crop's area fraction and aspect ratio
     are relative to its own image, as torchvision's RandomResizedCrop on the decoded photo, so the
     crops can reach the whole image and not only its evaluation centre square. The random draws
     are those of :func:`train_batch` (same generator use), so equal-size inputs crop identically.

@@ -1,4 +1,4 @@
-"""Closed-set split for the ``cbir`` protocol (SPEC §2.5): database and queries share their classes.
+"""Closed-set split for the ``cbir`` protocol (protocols.md §2.5): database and queries share their classes.
 
 Each class's images are shuffled with a seeded generator and its first ``n_query(c)`` images
 become queries; the rest form the database (= training images). ``n_query(c)`` is either a fixed

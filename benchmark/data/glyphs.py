@@ -1,4 +1,4 @@
-"""The embedded ``glyphs`` dataset (SPEC §5): letters and digits rendered from matplotlib's fonts.
+"""The embedded ``glyphs`` dataset (protocols.md §5): letters and digits rendered from matplotlib's fonts.
 
 Classes are the Latin, Greek and Cyrillic letters and digits present in all 16 DejaVu/STIX faces
 that ship with matplotlib, minus characters that look like an earlier one (Latin A, Greek Α and

@@ -1,4 +1,4 @@
-"""m-per-class batch sampling (SPEC §2.2).
+"""m-per-class batch sampling (docs/protocols.md §2.2).
 
 We use our own sampler rather than pytorch-metric-learning's ``MPerClassSampler`` because PML's
 draws from NumPy's global random state, while every run, fold and repetition here needs its own
@@ -51,7 +51,7 @@ class MPerClassSampler:
         large = counts >= self.m
         offsets[large] = _distinct_uniform(self.rng, counts[large], self.m)
         small = ~large
-        # Classes with fewer than m images are drawn with replacement (SPEC §2.2).
+        # Classes with fewer than m images are drawn with replacement (docs/protocols.md §2.2).
         offsets[small] = self.rng.integers(0, counts[small, None], size=(int(small.sum()), self.m))
         positions = self._starts[chosen].reshape(-1, 1) + offsets
         batches: np.ndarray = self._by_class[positions].reshape(n_batches, self.batch_size)

@@ -40,7 +40,7 @@ class DatasetSpec:
     protocol_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The papers' settings for this dataset, per protocol name, as dotted config keys applied on
     top of the protocol file and counted as paper values (not deviations), e.g. MLRC's schedule
-    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (SPEC §2.2)."""
+    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (docs/protocols.md §2.2)."""
 
     def settings_for(self, protocol: str) -> Mapping[str, Any]:
         """This dataset's paper settings under ``protocol`` (empty: the protocol file's values)."""
@@ -97,7 +97,7 @@ STANDARD_DATASETS: dict[str, str] = {
 
 
 #: The papers' per-dataset settings (see :attr:`DatasetSpec.protocol_settings`).
-#: MLRC's convergence schedule (SPEC §2.2; powerful-benchmarker's ``with_cars196.yaml`` and
+#: MLRC's convergence schedule (docs/protocols.md §2.2; powerful-benchmarker's ``with_cars196.yaml`` and
 #: ``with_sop.yaml`` agree): validate every ``eval_every`` epochs of 100 iterations, stop after
 #: ``patience`` validations without improvement. CUB's 2/5 is also the protocol file's value; it
 #: is declared here too so that the record names it as CUB's own schedule.

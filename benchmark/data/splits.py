@@ -1,4 +1,4 @@
-"""Class-disjoint MLRC splits (SPEC §2.1).
+"""Class-disjoint MLRC splits (docs/protocols.md §2.1).
 
 The block arithmetic reproduces powerful-benchmarker's ``MLRCSplitManager`` expression for
 expression (including its float arithmetic and ``int()`` truncation), because the split decides

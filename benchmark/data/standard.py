@@ -1,4 +1,4 @@
-"""Loaders for the standard on-disk dataset layouts (SPEC §5).
+"""Loaders for the standard on-disk dataset layouts (docs/protocols.md §5).
 
 Deep-metric-learning sets (``cub200``, ``cars196``, ``sop``, ``inshop``) and closed-set retrieval
 sets for the ``cbir`` protocol (``cifar100``, ``food101``, ``svhn``, ``tinyimagenet``). Nothing is
@@ -38,7 +38,7 @@ from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
 from benchmark.data.specs import register_standard_datasets as register_standard_datasets  # moved there
 from benchmark.errors import DataError
 
-# MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (SPEC §2.2); at any other
+# MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (docs/protocols.md §2.2); at any other
 # image size the same margin is kept, so the crop sees the same part of the photo.
 MLRC_RESIZE_RATIO = 256 / 227
 # Decoding threads per batch: PIL releases the GIL while decoding and resizing.
@@ -61,7 +61,7 @@ class LazyImageDataset:
     is noticed without hashing every image. Decoding resizes the shorter side to
     ``round(S * resize_ratio)`` and centre-crops ``S x S`` (:func:`decode_image`): the evaluation
     input. Training batches crop from the whole resized image instead
-    (:meth:`LazyImages.train_crops`, SPEC §2.2).
+    (:meth:`LazyImages.train_crops`, docs/protocols.md §2.2).
 
     It duck-types :class:`ImageDataset` for the trainer: ``images`` is a :class:`LazyImages` view
     with ``shape == (N, 3, S, S)``, ``len()`` and indexing by int, slice, index array/tensor or
@@ -255,7 +255,7 @@ def decode_image(
 def decode_whole_image(path: Path, short: int, *, dataset: str = "") -> np.ndarray:
     """uint8 RGB (3, H, W): the whole image with its shorter side resized to ``short``, uncropped.
 
-    The training input of photo datasets (SPEC §2.2: resize the shorter side to 256, then a
+    The training input of photo datasets (docs/protocols.md §2.2: resize the shorter side to 256, then a
     random resized crop from all of it); the decoding cost is that of :func:`decode_image`.
     """
     rgb = _decode_resized(path, short, dataset)

@@ -1,4 +1,4 @@
-"""Deep-metric-learning losses: the registry and every registered loss (SPEC §3).
+"""Deep-metric-learning losses: the registry and every registered loss (docs/protocols.md §3).
 
 Importing this package registers all losses in :data:`LOSSES`::
 

@@ -1,7 +1,7 @@
 """The loss registry: what a loss declares and how the trainer builds it.
 
 A loss is registered as a :class:`LossSpec`. The spec carries everything the protocol needs
-without instantiating the loss: its hyperparameter defaults, its MLRC search space (SPEC §3),
+without instantiating the loss: its hyperparameter defaults, its MLRC search space (docs/protocols.md §3),
 whether it is pair-based (sampler with ``m = 4`` images per class) or class/proxy-based
 (``m = 1``), whether it owns learnable parameters (proxies, mean fields, anchors, β; the trainer
 gives those their own RMSprop with ``lr = param_lr``), and the embedding space used for
@@ -79,7 +79,7 @@ class SearchDim:
         return isinstance(value, int | float) and self.low <= value <= self.high
 
 
-#: The MLRC range of every loss-parameter learning rate (SPEC §2.2 and §3).
+#: The MLRC range of every loss-parameter learning rate (docs/protocols.md §2.2 and §3).
 PARAM_LR_SEARCH = SearchDim(1e-6, 1.0, log=True)
 
 
@@ -108,14 +108,14 @@ class LossSpec:
     defaults: Mapping[str, float]
     """Every hyperparameter with its default, including ``param_lr`` when ``has_parameters``."""
     search_space: Mapping[str, SearchDim]
-    """The tuned hyperparameters (keys are a subset of ``defaults``), MLRC ranges (SPEC §3)."""
+    """The tuned hyperparameters (keys are a subset of ``defaults``), MLRC ranges (docs/protocols.md §3)."""
     pair_based: bool
     """True: the sampler draws m = 4 images per class; False: m = 1 (class/proxy-based)."""
     has_parameters: bool
     """True: the module has learnable parameters, optimised with RMSprop(lr=param_lr)."""
     embedding_space: Literal["cosine", "euclidean"]
     param_weight_decay: float = 1e-4
-    """Weight decay of the loss-parameter optimiser (0 for MarginLoss β, SPEC §2.2)."""
+    """Weight decay of the loss-parameter optimiser (0 for MarginLoss β, docs/protocols.md §2.2)."""
     source: Literal["pml", "dmlbench"] = "pml"
     description: str = ""
     """One line for ``dmlbench list losses``."""

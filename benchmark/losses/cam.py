@@ -12,7 +12,7 @@ Choices where the paper is ambiguous:
 * Anchor initialisation (the paper's "base vector" strategy): anchor y = √2·m · e_y (one-hot),
   so anchors are exactly 2m apart (their m-spheres touch but do not overlap), when
   C <= embedding dim; otherwise N(0, I) directions rescaled to the same norm √2·m.
-* Concatenated evaluation (SPEC §2.4) L2-normalises each fold's output before concatenating;
+* Concatenated evaluation (docs/protocols.md §2.4) L2-normalises each fold's output before concatenating;
   that discards the norm this loss trains. For euclidean-space losses the natural counterpart is
   to concatenate the raw 128-d outputs (512-d) and rank by L2 distance, which equals ranking by
   the sum of the per-fold squared distances. That choice belongs to the evaluation code; the

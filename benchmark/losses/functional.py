@@ -1,4 +1,4 @@
-"""Pure, vectorised formulas of the losses implemented in dmlbench (SPEC §3).
+"""Pure, vectorised formulas of the losses implemented in dmlbench (docs/protocols.md §3).
 
 Every function takes embeddings and labels plus the loss's parameter tensors and
 hyperparameters, and returns a scalar. No function loops over samples or classes in Python.
@@ -6,7 +6,7 @@ Sums of exponentials are evaluated in log space (``logsumexp`` / ``softplus``) s
 scales α, β up to 100, temperatures down to 0.01 and (near-)identical embeddings give finite
 values and gradients in float32.
 
-Notation follows SPEC §3: ``e`` are L2-normalised embeddings, ``w`` L2-normalised class vectors
+Notation follows docs/protocols.md §3: ``e`` are L2-normalised embeddings, ``w`` L2-normalised class vectors
 (mean fields / proxies), ``d(a, b) = 1 - a·b``, C the number of classes of the fold and C_B the
 number of classes present in the batch.
 """
@@ -105,7 +105,7 @@ def mean_field_contrastive(
     m_n: float,
     lambda_mf: float,
 ) -> Tensor:
-    """MeanFieldContrastive (Mean-Field DML, eq. 8, as restated in SPEC §3).
+    """MeanFieldContrastive (Mean-Field DML, eq. 8, as restated in docs/protocols.md §3).
 
     ``L = (1/B) Σ_i [relu(d(e_i, w_{y_i}) - m_P) + Σ_{c≠y_i} relu(m_N - d(e_i, w_c))]
     + λ_MF (1/C) Σ_{c≠c'} relu(m_N - d(w_c, w_c'))²``
@@ -132,7 +132,7 @@ def mean_field_contrastive(
 def class_wise_multi_similarity(
     embeddings: Tensor, labels: Tensor, alpha: float, beta: float, delta: float
 ) -> Tensor:
-    """ClassWiseMultiSimilarity (Mean-Field DML, eq. 9, as restated in SPEC §3).
+    """ClassWiseMultiSimilarity (Mean-Field DML, eq. 9, as restated in docs/protocols.md §3).
 
     ``P_c = (1/n_c²) Σ_{i,j∈c} exp(-α(S_ij - δ))``,
     ``N_cc' = (1/(n_c n_c')) Σ_{i∈c, j∈c'} exp(β(S_ij - δ))``,
@@ -168,7 +168,7 @@ def mean_field_class_wise_multi_similarity(
     delta: float,
     lambda_mf: float,
 ) -> Tensor:
-    """MeanFieldClassWiseMultiSimilarity (Mean-Field DML, eq. 10, as restated in SPEC §3).
+    """MeanFieldClassWiseMultiSimilarity (Mean-Field DML, eq. 10, as restated in docs/protocols.md §3).
 
     ``P_c = (1/n_c) Σ_{i∈c} exp(-α(e_i·w_c - δ))``,
     ``N_cc' = (1/n_c) Σ_{i∈c} exp(β(e_i·w_c' - δ))`` (0 for classes absent from the batch),
@@ -212,7 +212,7 @@ def mean_field_class_wise_multi_similarity(
 
 
 def mean_field_nca(embeddings: Tensor, labels: Tensor, mean_fields: Tensor, alpha: float) -> Tensor:
-    """MeanFieldNCA (Mean-Field DML, ICLR appendix eq. 21, as restated in SPEC §3).
+    """MeanFieldNCA (Mean-Field DML, ICLR appendix eq. 21, as restated in docs/protocols.md §3).
 
     ``L = -(1/B) Σ_i log softmax_{y_i}(-α d(e_i, w_·))
     - (1/C_B) Σ_{c∈batch} log[Σ_{j∈c} e^{-α d(w_c, e_j)} / Σ_j e^{-α d(w_c, e_j)}]``
@@ -232,7 +232,7 @@ def mean_field_nca(embeddings: Tensor, labels: Tensor, mean_fields: Tensor, alph
 
 
 def class_anchor_margin(embeddings: Tensor, labels: Tensor, anchors: Tensor, m: float, p: float) -> Tensor:
-    """Class Anchor Margin loss (CAM paper, eqs. 1-4, as restated in SPEC §3), euclidean space.
+    """Class Anchor Margin loss (CAM paper, eqs. 1-4, as restated in docs/protocols.md §3), euclidean space.
 
     ``L = mean_i ½‖e_i - c_{y_i}‖² + ½ Σ_{y≠y'} relu(2m - ‖c_y - c_y'‖)² + ½ Σ_y relu(p - ‖c_y‖)²``
 
@@ -279,7 +279,7 @@ def multi_proxy_regulariser(proxies: Tensor) -> Tensor:
 def multi_proxy_anchor(
     embeddings: Tensor, labels: Tensor, proxies: Tensor, alpha: float, delta: float, gamma: float, tau: float
 ) -> Tensor:
-    """MPA loss (proxy-wise, Proxy-Anchor style; SPEC §3).
+    """MPA loss (proxy-wise, Proxy-Anchor style; docs/protocols.md §3).
 
     ``L = (1/|C⁺|) Σ_{c∈C⁺} log(1 + Σ_{x∈X_c⁺} e^{-α(S(x,c) - δ)})
     + (1/C) Σ_c log(1 + Σ_{x∈X_c⁻} e^{α(S(x,c) + δ)}) + τ Reg``
@@ -297,7 +297,7 @@ def multi_proxy_anchor(
 def multi_proxy_anchor_data_wise(
     embeddings: Tensor, labels: Tensor, proxies: Tensor, alpha: float, delta: float, gamma: float, tau: float
 ) -> Tensor:
-    """MPA-DW loss (data-wise; SPEC §3).
+    """MPA-DW loss (data-wise; docs/protocols.md §3).
 
     ``L = (1/B) Σ_i [log(1 + e^{-α(S(x_i,y_i) - δ)}) + log(1 + Σ_{c≠y_i} e^{α(S(x_i,c) + δ)})]
     + τ Reg``
@@ -312,7 +312,7 @@ def multi_proxy_anchor_data_wise(
 def multi_proxy_anchor_all_proxies(
     embeddings: Tensor, labels: Tensor, proxies: Tensor, alpha: float, delta: float, gamma: float, tau: float
 ) -> Tensor:
-    """MPA-AP loss (all proxies in one softplus; SPEC §3).
+    """MPA-AP loss (all proxies in one softplus; docs/protocols.md §3).
 
     With ``S'(x, c) = δ - S(x, c)`` for ``c = y`` and ``S(x, c) + δ`` otherwise,
     ``L = (1/B) Σ_i log(1 + Σ_c e^{α S'(x_i, c)}) + τ Reg``.

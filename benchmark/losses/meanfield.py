@@ -1,21 +1,21 @@
-"""Mean-field losses (Mean-Field DML papers, SPEC §3): ``mfcont``, ``cwms``, ``mfcwms``, ``mfnca``.
+"""Mean-field losses (Mean-Field DML papers, protocols.md §3): ``mfcont``, ``cwms``, ``mfcwms``, ``mfnca``.
 
 The formulas live in :mod:`benchmark.losses.functional`; :mod:`benchmark.losses.meanfield_modules`
 wraps them as ``nn.Module`` s owning their mean fields; this module declares and registers them.
 
-Choices where the papers are ambiguous (documented in SPEC §3, which follows the authors'
+Choices where the papers are ambiguous (documented in docs/protocols.md §3, which follows the authors'
 implementation rather than the printed equations):
 
 * **Normalisation of the sample terms.** Eq. 8 of the ICLR paper averages per class and then
-  over classes, ``(1/|C|) Σ_c (1/|D_c|) Σ_{i∈c}``; SPEC (and this code) uses the batch mean
+  over classes, ``(1/|C|) Σ_c (1/|D_c|) Σ_{i∈c}``; docs/protocols.md §3 (and this code) uses the batch mean
   ``(1/B) Σ_i`` for ``mfcont`` and the cross-entropy mean for ``mfnca``. With the sampler of the
   MLRC protocol (every class of a batch has the same number m of images) the two coincide; they
   differ only for unbalanced batches, where the batch mean weights classes by their size.
-* **Similarity vs distance.** ``cwms`` / ``mfcwms`` follow SPEC §3, written with the
+* **Similarity vs distance.** ``cwms`` / ``mfcwms`` follow docs/protocols.md §3, written with the
   similarity ``S = e·e'`` and base δ (``exp(-α(S - δ))`` for positives, ``exp(β(S - δ))`` for
   negatives). The printed eqs. 9/10 use the distance ``d = 1 - S``, i.e. their δ corresponds to
-  ``1 - δ`` here (and eq. 9 excludes ``i = j`` where SPEC includes it). The ``mfcwms`` defaults
-  (α, β, δ, λ_MF) = (0.01, 80, 0.8, 0) are SPEC's, in SPEC's (similarity) convention.
+  ``1 - δ`` here (and eq. 9 excludes ``i = j`` where §3 includes it). The ``mfcwms`` defaults
+  (α, β, δ, λ_MF) = (0.01, 80, 0.8, 0) are §3's, in its (similarity) convention.
 * **Mean fields** are free ``nn.Parameter`` s initialised N(0, 1) and L2-normalised inside the
   loss, so only their direction matters (the trainer applies weight decay 1e-4 to the raw
   vectors, which only rescales them).
@@ -75,7 +75,7 @@ register_loss(
         name="cwms",
         display_name="ClassWiseMultiSimilarity",
         factory=_cwms,
-        # SPEC gives no defaults; the authors' code (mft-in-dml train.py: --alpha 0.01, --beta 80,
+        # §3 gives no defaults; the authors' code (mft-in-dml train.py: --alpha 0.01, --beta 80,
         # --mrg 0.8, passed to ClassWiseMultiSimilarityLoss as alpha, beta, base) does, the same
         # values as mfcwms. They matter for the protocols without search (traditional, cbir).
         defaults={"alpha": 0.01, "beta": 80.0, "delta": 0.8},
@@ -118,7 +118,7 @@ register_loss(
         name="mfnca",
         display_name="MeanFieldNCA",
         factory=_mfnca,
-        # SPEC gives no default α. 16 puts the cosine logits in the usual range of normalised
+        # §3 gives no default α. 16 puts the cosine logits in the usual range of normalised
         # softmax losses (NormSoftmax's 1/0.05 = 20, CosFace/ArcFace use 30-64 on larger C).
         defaults={"alpha": 16.0, PARAM_LR: DEFAULT_PARAM_LR},
         search_space={"alpha": SearchDim(0.01, 100.0, log=True), PARAM_LR: PARAM_LR_SEARCH},

@@ -3,7 +3,7 @@
 K learnable proxies per class, compared with a sample through SoftTriple's relaxed similarity
 ``S(x, c) = Σ_k softmax_k(x·w_ck / γ) x·w_ck`` and kept apart within a class by the regulariser
 ``Reg = Σ_c Σ_{t<s} sqrt(2 - 2 w_ct·w_cs) / (C K (K-1))`` with weight τ. The three variants
-differ in how they aggregate (SPEC §3): per proxy (``mpa``, Proxy-Anchor style), per sample with
+differ in how they aggregate (docs/protocols.md §3): per proxy (``mpa``, Proxy-Anchor style), per sample with
 positive and negative terms (``mpa-dw``), per sample with one softplus over all proxies
 (``mpa-ap``).
 

@@ -1,14 +1,14 @@
-"""Baseline losses from pytorch-metric-learning (PML), with the MLRC search spaces of SPEC §3.
+"""Baseline losses from pytorch-metric-learning (PML), with the MLRC search spaces of docs/protocols.md §3.
 
-Each factory builds the PML class with the hyperparameters named as in SPEC; where SPEC gives no
+Each factory builds the PML class with the hyperparameters named as in docs/protocols.md §3; where it gives no
 default the PML constructor default is used. All of these are cosine-space losses: PML's default
 distances normalise the embeddings (``LpDistance``/``CosineSimilarity``/``SNRDistance`` with
 ``normalize_embeddings=True``), so the raw embeddings can be passed as they are.
 
-Choices where SPEC / MLRC leave room:
+Choices where §3 / MLRC leave room:
 
 * ``margin`` learns a single shared β (PML ``learn_beta=True`` without ``num_classes``); its
-  optimiser has no weight decay (SPEC §2.2). The β regulariser weight ν is 0 (PML default).
+  optimiser has no weight decay (docs/protocols.md §2.2). The β regulariser weight ν is 0 (PML default).
 * ``snr`` feeds PML the *normalised* embeddings, so its zero-mean regulariser acts on the unit
   sphere like the loss term; on raw embeddings the model could satisfy it by shrinking the
   embedding norm, which the (scale-invariant) loss term does not notice.
@@ -18,7 +18,7 @@ Choices where SPEC / MLRC leave room:
 * ``softtriple`` uses K = ``centers_per_class`` = 10 centres and PML's SparseCentersRegularizer
   with weight τ; with K = 1 the regulariser is undefined and omitted. On SOP the paper's K = 2
   without regulariser applies (``dataset_defaults``).
-* Search ranges SPEC states without a scale are linear, as in MLRC.
+* Search ranges §3 states without a scale are linear, as in MLRC.
 
 Batches without a positive pair (possible only off the MLRC sampler): ``triplet``, ``ntxent``,
 ``margin`` and ``ms-miner`` have no tuple to use and return PML's zero loss (0, still attached

@@ -1,4 +1,4 @@
-"""Retrieval and clustering metrics (SPEC §4): exact kNN, per-query metrics, the registry, evaluate()."""
+"""Retrieval and clustering metrics (§4): exact kNN, per-query metrics, the registry, evaluate()."""
 
 from benchmark.metrics.knn import SPACES, Space, knn, knn_batches
 from benchmark.metrics.registry import METRICS, MLRC_METRICS, MetricSpec, evaluate

@@ -1,4 +1,4 @@
-"""Clustering quality: NMI between the labels and a seeded faiss k-means of the embeddings (SPEC §4.2)."""
+"""Clustering quality: NMI between the labels and a seeded faiss k-means of the embeddings (§4.2)."""
 
 from __future__ import annotations
 

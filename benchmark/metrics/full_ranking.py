@@ -1,4 +1,4 @@
-"""Average precision over the full ranking (SPEC §4.2 "mAP"), in bounded memory.
+"""Average precision over the full ranking (docs/protocols.md §4.2 "mAP"), in bounded memory.
 
 Through the kNN route this metric would need k = N - 1 sorted neighbours per query, which faiss
 produces with a heap of size N (about 30 s for N = 10^4 on one core). AP only needs the rank of

@@ -1,4 +1,4 @@
-"""Retrieval metrics as pure, vectorised functions of neighbour labels (SPEC §4.1, §4.2).
+"""Retrieval metrics as pure, vectorised functions of neighbour labels (docs/protocols.md §4.1, §4.2).
 
 Every metric takes
 

@@ -1,4 +1,4 @@
-"""Query-vs-database retrieval, brute force and two-stage (SPEC §2.5 ``cbir``, §4.3).
+"""Query-vs-database retrieval, brute force and two-stage (docs/protocols.md §2.5 ``cbir``, §4.3).
 
 In the closed-set ``cbir`` protocol the queries (test images) are searched in a separate database
 (training images) of the same classes, so nothing is excluded by index as in :mod:`knn`.

@@ -386,7 +386,7 @@ def build_head(feature_dim: int, embedding_dim: int, seed: int) -> EmbeddingMode
 
 
 def set_train_mode(model: EmbeddingModel, freeze_trunk_bn: bool) -> None:
-    """Training mode, with the trunk's BatchNorm layers in eval mode when frozen (SPEC §2.2)."""
+    """Training mode, with the trunk's BatchNorm layers in eval mode when frozen (docs/protocols.md §2.2)."""
     model.train()
     if freeze_trunk_bn:
         for module in model.trunk.modules():

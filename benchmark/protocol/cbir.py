@@ -1,4 +1,4 @@
-"""The ``cbir`` protocol (Class-Anchor-Margin paper; SPEC §2.5 and §4.3): closed-set retrieval.
+"""The ``cbir`` protocol (Class-Anchor-Margin paper; docs/protocols.md §2.5 and §4.3): closed-set retrieval.
 
 Choices, each recorded in the run record:
 

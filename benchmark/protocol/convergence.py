@@ -1,4 +1,4 @@
-"""Convergence of a run (SPEC §2.6): why each fold training stopped, and the share that stopped by
+"""Convergence of a run (protocols.md §2.6): why each fold training stopped, and the share that stopped by
 patience, for the search stage and the test stage separately.
 
 A budget may shrink models, images and counts but must not cut training short of its early stop;
@@ -23,7 +23,7 @@ STOP_REASONS = ("patience", "max_epochs", "diverged", "time")
 UNKNOWN = "unknown"
 #: Least share of test-stage fold trainings that must stop by patience for a converged run.
 MIN_PATIENCE_SHARE = 0.9
-#: Budgets exempt from the convergence rule (SPEC §2.6), labelled "exempt" instead.
+#: Budgets exempt from the convergence rule (docs/protocols.md §2.6), labelled "exempt" instead.
 EXEMPT_BUDGETS = frozenset({"smoke"})
 STAGES = ("search", "test")
 
@@ -31,7 +31,7 @@ STAGES = ("search", "test")
 RULE = (
     f"a fold training converged when it stopped by patience (validation MAP@R not strictly improved "
     f"for train.patience evaluations); a run is 'not converged' when fewer than "
-    f"{MIN_PATIENCE_SHARE:.0%} of its test-stage fold trainings did (SPEC §2.6); budget "
+    f"{MIN_PATIENCE_SHARE:.0%} of its test-stage fold trainings did (docs/protocols.md §2.6); budget "
     f"{', '.join(sorted(EXEMPT_BUDGETS))} is exempt; a fixed schedule (eval_every >= max_epochs, no "
     "epoch selection by design, e.g. cbir) always stops by max_epochs"
 )

@@ -1,6 +1,6 @@
 """Protocols without a hyperparameter search: one fixed split, ``test.reps`` trainings, CIs.
 
-The ``traditional`` and ``cbir`` protocols (SPEC §2.5) share MLRC's steps (resolve, run
+The ``traditional`` and ``cbir`` protocols (docs/protocols.md §2.5) share MLRC's steps (resolve, run
 directory, record, leaderboard) but replace search + fold-wise test stage by repetitions of one
 training with the loss's default hyperparameters (``--set loss.X=...`` fixes others). Each rep
 is one file in ``runs/.../reps/``, so re-running the command after an interruption redoes only

@@ -677,7 +677,7 @@ class MLRCRun:
             "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
             # The trunk's weights file, its sha256 and (built-in weights) how it was made; None: random init.
             "trunk_weights": weights_record(c.model.trunk, c.model.pretrained, c.model.trunk_weights),
-            # The dataset's own paper settings (SPEC §2.2 schedule, ...) and the schedule used.
+            # The dataset's own paper settings (docs/protocols.md §2.2 schedule, ...) and the schedule used.
             "dataset_paper_settings": dict(dataset_paper_settings(c.data.dataset, c.protocol.name)),
             "schedule": self.schedule_info(),
             "loss_dataset_defaults": self.loss_spec.defaults_for(c.data.dataset),
@@ -780,7 +780,7 @@ class MLRCRun:
                 "study": self._study_name(),
             },
         }
-        # Why each fold training stopped, per stage (SPEC §2.6): computed from the folds above.
+        # Why each fold training stopped, per stage (docs/protocols.md §2.6): computed from the folds above.
         record["convergence"] = convergence_summary(record)
         return record
 
@@ -893,7 +893,7 @@ def subsample(dataset: ImageDataset, max_classes: int, max_per_class: int) -> Im
 
 
 def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarray:
-    """The 512-d concatenation of the fold models' embeddings (SPEC §2.4).
+    """The 512-d concatenation of the fold models' embeddings (docs/protocols.md §2.4).
 
     Cosine space: each fold L2-normalised, concatenated, normalised again. Euclidean space
     (``cam``): raw embeddings concatenated, so the L2 distance is the root of the summed

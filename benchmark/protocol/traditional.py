@@ -1,4 +1,4 @@
-"""The ``traditional`` protocol (Proxy-Anchor style; Mean-Field DML paper §4.2; SPEC §2.5).
+"""The ``traditional`` protocol (Proxy-Anchor style; Mean-Field DML paper §4.2; docs/protocols.md §2.5).
 
 Choices, each recorded in the run record:
 
@@ -39,10 +39,10 @@ from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
-#: AdamW learning rates of the loss's own parameters (SPEC §2.5).
+#: AdamW learning rates of the loss's own parameters (docs/protocols.md §2.5).
 PROXY_PARAM_LR = 1e-2
 MEAN_FIELD_PARAM_LR = 2e-1
-#: Losses whose parameters are mean fields (SPEC §3).
+#: Losses whose parameters are mean fields (docs/protocols.md §3).
 MEAN_FIELD_LOSSES = frozenset({"mfcont", "mfcwms", "mfnca"})
 
 

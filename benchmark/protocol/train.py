@@ -1,4 +1,4 @@
-"""Training of one fold model (SPEC §2.2): epochs of N iterations, periodic validation MAP@R,
+"""Training of one fold model (docs/protocols.md §2.2): epochs of N iterations, periodic validation MAP@R,
 patience-based stopping, best-validation checkpoint, NaN/inf detection.
 
 A fold trains on images (trunk + embedder) or, in frozen-trunk mode, on cached trunk features
@@ -138,7 +138,7 @@ def _batch_input(
     train_crops = getattr(data.images, "train_crops", None)
     if augment is not None and train_crops is not None:
         # Photos decoded from disk: crops come from the whole image (shorter side 256), not from
-        # the evaluation's centre square (SPEC §2.2; benchmark.data.standard.LazyImages).
+        # the evaluation's centre square (docs/protocols.md §2.2; benchmark.data.standard.LazyImages).
         crops: torch.Tensor = train_crops(idx, augment, gen)
         return crops
     images = data.images[idx]

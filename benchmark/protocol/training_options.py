@@ -1,7 +1,7 @@
 """Model and training-loop options beyond MLRC's loop, as the Mean-Field authors' code runs the
 traditional protocol (mft-in-dml ``train.py``, adapted from Proxy-Anchor's; protocols/traditional.toml).
 
-Every option is off by default (the MLRC loop of SPEC §2.2 is unchanged) and set by config keys:
+Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unchanged) and set by config keys:
 
 * ``model.pooling = "avg+max"``: the trunk's last feature map is pooled by the *sum* of global
   average and global max pooling (their BN-Inception: ``gap(x) + gmp(x)``);

@@ -1,4 +1,4 @@
-"""Significance tables like the Mean-Field paper's Tables 6–7 (SPEC §4.4).
+"""Significance tables like the Mean-Field paper's Tables 6–7 (docs/protocols.md §4.4).
 
 For one metric, every compared loss is tested against every reference loss in both evaluation
 modes with Welch's t-test on the per-repetition test values. A cell reads ``✓↑`` (significantly

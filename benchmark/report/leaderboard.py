@@ -1,4 +1,4 @@
-"""Leaderboards derived from run records only (SPEC §6): never typed by hand.
+"""Leaderboards derived from run records only (docs/protocols.md §6): never typed by hand.
 
 One section per budget (numbers from different budgets are not comparable); rows are losses plus
 the untrained row; columns are separated/concatenated × metrics as mean ± 95% CI half-width in %;
@@ -9,7 +9,7 @@ record (``test.modes`` with ``test.mode_labels``); their tables have one column 
 cell of a mode a loss lacks (e.g. cbir's two-stage for a pair-based loss) is shown as ``–``, and
 the footer adds the records' notes (e.g. selection on test) and further per-rep summaries.
 
-Convergence (SPEC §2.6; :mod:`benchmark.protocol.convergence`): the footer gives, per loss, the
+Convergence (docs/protocols.md §2.6; :mod:`benchmark.protocol.convergence`): the footer gives, per loss, the
 share of fold trainings that stopped by patience in the test and the search stage; a loss whose
 run is "not converged" (fewer than 90% of its test-stage folds stopped by patience) carries that
 mark next to its name in the table, and the CSV/JSON carry the counts and the verdict. The
@@ -282,7 +282,7 @@ def footer_notes(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 #: How an exempt budget's section is labelled.
-EXEMPT_NOTE = "exempt from the convergence rule: checks the machinery, not the ranking (SPEC §2.6)"
+EXEMPT_NOTE = "exempt from the convergence rule: checks the machinery, not the ranking (protocols.md §2.6)"
 
 
 def format_share(stage: dict[str, Any]) -> str:

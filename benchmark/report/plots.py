@@ -1,4 +1,4 @@
-"""Plots derived from run records (SPEC §6), written as PNG and PDF to ``<dataset>/<protocol>/plots/``.
+"""Plots derived from run records (§6), written as PNG and PDF to ``<dataset>/<protocol>/plots/``.
 
 Per budget (numbers of different budgets are not comparable), using the newest record per loss:
 

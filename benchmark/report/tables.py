@@ -1,4 +1,4 @@
-"""Leaderboard tables in every output format (SPEC §6): Markdown, CSV, LaTeX and JSON.
+"""Leaderboard tables in every output format (docs/protocols.md §6): Markdown, CSV, LaTeX and JSON.
 
 Markdown and CSV are :mod:`benchmark.report.leaderboard`'s renderers; this module adds the record
 selection shared by ``dmlbench report``/``compare`` (dataset, protocol, budget, metrics, with errors

@@ -1,4 +1,4 @@
-"""Optuna study management for the hyperparameter search (SPEC §2.3).
+"""Optuna study management for the hyperparameter search (docs/protocols.md §2.3).
 
 The study lives in an Optuna journal file inside the run directory, so an interrupted run is
 continued by re-running the same command: finished trials are kept, a trial left RUNNING by a

@@ -1,4 +1,4 @@
-"""Statistics for the test stage: t confidence intervals, Welch's t-test, Holm (SPEC §2.4, §4.4)."""
+"""Statistics for the test stage: t confidence intervals, Welch's t-test, Holm (protocols.md §2.4, §4.4)."""
 
 from benchmark.stats.intervals import Interval, holm, t_interval, welch_t_test
 

@@ -1,4 +1,4 @@
-"""Confidence intervals and significance tests over per-repetition values (SPEC §2.4, §4.4).
+"""Confidence intervals and significance tests over per-repetition values (docs/protocols.md §2.4, §4.4).
 
 Thin, typed wrappers around scipy with the edge cases decided once:
 
