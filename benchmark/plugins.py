@@ -25,7 +25,7 @@ What a reference or an entry point must name:
   ``has_parameters`` (default: whether ``param_lr`` is a default) and ``param_weight_decay``. The class
   is built as ``cls(LossContext(num_classes, embedding_dim), params)`` with every hyperparameter;
 - a dataset: a :class:`~benchmark.data.DatasetSpec`; a trunk: a
-  :class:`~benchmark.models.trunks.TrunkSpec`.
+  :class:`~benchmark.models.specs.TrunkSpec`.
 
 Anything else (a missing attribute, a wrong type, an import error, a name a built-in already has)
 is a :class:`~benchmark.errors.ConfigError` naming what is wrong: exit status 2 on the command line.
@@ -78,7 +78,7 @@ GROUPS: dict[str, str] = {
 _BUILTINS: dict[str, str] = {
     "loss": "benchmark.losses",
     "dataset": "benchmark.data",
-    "trunk": "benchmark.models.trunks",
+    "trunk": "benchmark.models.specs",
 }
 #: References loaded in every process that consults a registry (see the module docstring).
 ENV_VAR = "DMLBENCH_PLUGINS"
@@ -464,7 +464,7 @@ def _dataset_spec(obj: object, shown: str) -> tuple[Registry[Any], Any]:
 
 
 def _trunk_spec(obj: object, shown: str) -> tuple[Registry[Any], Any]:
-    from benchmark.models.trunks import TRUNKS, TrunkSpec
+    from benchmark.models.specs import TRUNKS, TrunkSpec
 
     if not isinstance(obj, TrunkSpec):
         raise ConfigError(f"Plugin {shown!r} is a {type(obj).__name__}; a trunk plugin must be a TrunkSpec.")
