@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import benchmark.native  # noqa: F401  (faiss's and torch's native libraries in a fixed order)
 from benchmark.config import load_protocol_file, protocol_kind
 from benchmark.protocol.cbir import CBIRRun
 from benchmark.protocol.runner import MLRCRun
