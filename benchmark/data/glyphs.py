@@ -25,27 +25,11 @@ from benchmark.data.base import (
     load_npz,
     save_npz_atomically,
 )
+from benchmark.data.fonts import DEJAVU_FACES, STIX_FACES
 from benchmark.errors import DataError
 
 # Regular, bold, italic/oblique and bold-italic of four families: 16 faces.
-FONT_FACES: tuple[str, ...] = (
-    "DejaVuSans.ttf",
-    "DejaVuSans-Bold.ttf",
-    "DejaVuSans-Oblique.ttf",
-    "DejaVuSans-BoldOblique.ttf",
-    "DejaVuSerif.ttf",
-    "DejaVuSerif-Bold.ttf",
-    "DejaVuSerif-Italic.ttf",
-    "DejaVuSerif-BoldItalic.ttf",
-    "DejaVuSansMono.ttf",
-    "DejaVuSansMono-Bold.ttf",
-    "DejaVuSansMono-Oblique.ttf",
-    "DejaVuSansMono-BoldOblique.ttf",
-    "STIXGeneral.ttf",
-    "STIXGeneralBol.ttf",
-    "STIXGeneralItalic.ttf",
-    "STIXGeneralBolIta.ttf",
-)
+FONT_FACES: tuple[str, ...] = DEJAVU_FACES + STIX_FACES
 RENDERINGS_PER_FACE = 2
 # Bump when rendering changes, so that old caches are not reused.
 CACHE_VERSION = "glyphs-v1"

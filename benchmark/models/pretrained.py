@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.data.fonts import DEJAVU_FACES
 from benchmark.errors import ConfigError
 from benchmark.registry import Registry
 
@@ -49,20 +50,7 @@ SOURCE_BLOCKS: tuple[tuple[str, int, int], ...] = (
     ("Supplemental Mathematical Operators", 0x2A00, 0x2AFF),
     ("Miscellaneous Symbols and Arrows", 0x2B00, 0x2BFF),
 )
-SOURCE_FACES: tuple[str, ...] = (
-    "DejaVuSans.ttf",
-    "DejaVuSans-Bold.ttf",
-    "DejaVuSans-Oblique.ttf",
-    "DejaVuSans-BoldOblique.ttf",
-    "DejaVuSerif.ttf",
-    "DejaVuSerif-Bold.ttf",
-    "DejaVuSerif-Italic.ttf",
-    "DejaVuSerif-BoldItalic.ttf",
-    "DejaVuSansMono.ttf",
-    "DejaVuSansMono-Bold.ttf",
-    "DejaVuSansMono-Oblique.ttf",
-    "DejaVuSansMono-BoldOblique.ttf",
-)
+SOURCE_FACES: tuple[str, ...] = DEJAVU_FACES
 
 
 def is_source_candidate(codepoint: int) -> bool:
