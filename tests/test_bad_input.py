@@ -130,6 +130,11 @@ CASES = {
         ["--loss", "mfcont", "--trunk-weights", "{tmp}/notes.pth"],
         ["model.pretrained = false", "--set model.pretrained=true", "leave out --trunk-weights"],
     ),
+    # The built-in name reaches the config as a name, not as a path under the current directory.
+    "built-in weights without pretrained": (
+        ["--loss", "mfcont", "--trunk-weights", "builtin:smallcnn-symbols"],
+        ["model.trunk_weights = 'builtin:smallcnn-symbols' was given", "model.pretrained = false"],
+    ),
     "absurd number of trials": (
         ["--loss", "mfcont", "--set", "search.n_trials=1000000000000000000000"],
         ["search.n_trials = 1000000000000000000000", "at most 1,000,000"],

@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmark import api
 from benchmark.config import parse_set_option
+from benchmark.models.pretrained import BUILTIN_PREFIX
 from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
 
@@ -82,7 +83,10 @@ def add_parser(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     overrides = dict(parse_set_option(item) for item in args.overrides)
     if args.trunk_weights is not None:
-        overrides["model.trunk_weights"] = str(args.trunk_weights.expanduser().resolve())
+        # A built-in name (builtin:NAME) is not a path: resolving it would make it one.
+        raw = str(args.trunk_weights)
+        is_name = raw.startswith(BUILTIN_PREFIX)
+        overrides["model.trunk_weights"] = raw if is_name else str(args.trunk_weights.expanduser().resolve())
     result = api.run(
         args.loss,
         protocol=args.protocol,
