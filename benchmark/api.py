@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from benchmark.errors import ConfigError
 
 if TYPE_CHECKING:
-    from benchmark.protocol.runner import RunResult
+    from benchmark.protocol.base import RunResult
+    from benchmark.protocol.progress import Progress
 
 __all__ = ["report", "run"]
 
@@ -93,7 +94,38 @@ def run(
     from benchmark.search.storage import check_storage_url
 
     check_storage_url(storage)
-    return runner_for(protocol)(request).run()
+    protocol_run = runner_for(protocol)(request)
+    result = protocol_run.run()
+    # The protocol writes the record; the leaderboard is refreshed here, by the caller that ran it.
+    result.leaderboard_paths = refresh_leaderboard(
+        request.results_dir,
+        result.record["dataset"],
+        protocol,
+        plots=protocol_run.LEADERBOARD_PLOTS,
+        progress=protocol_run.progress,
+    )
+    return result
+
+
+def refresh_leaderboard(
+    results_dir: Path, dataset: str, protocol: str, *, plots: bool, progress: Progress
+) -> list[Path]:
+    """Rewrite the leaderboard of ``dataset``/``protocol`` from its records; the files written.
+
+    The tables first (Markdown first: ``dmlbench run`` prints it), then, for a protocol whose
+    leaderboard has them (``plots``), the plots (their PNG files are listed).
+    """
+    from benchmark.faults import kill_point
+    from benchmark.report.tables import write_tables
+
+    paths = write_tables(results_dir, dataset, protocol)
+    kill_point("report.tables")
+    if plots:
+        from benchmark.report.plots import write_plots
+
+        progress.message("refreshing plots ...")
+        paths += [p for p in write_plots(results_dir, dataset, protocol) if p.suffix == ".png"]
+    return paths
 
 
 def report(

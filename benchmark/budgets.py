@@ -8,7 +8,7 @@ What a budget changes shows up automatically as deviations in the run record.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from benchmark.registry import Registry
@@ -20,14 +20,10 @@ class Budget:
 
     name: str
     description: str
+    # A protocol whose settings differ in kind from MLRC's (no search, epochs = dataset passes)
+    # declares its own overrides per budget in its module (benchmark.protocol.specs.budget_overrides);
+    # every other protocol gets these.
     overrides: Mapping[str, Any]
-    # Protocols whose settings differ in kind from MLRC's (no search, epochs = dataset passes)
-    # get their own overrides; a protocol not named here uses ``overrides``.
-    protocol_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def overrides_for(self, protocol: str) -> Mapping[str, Any]:
-        """The dotted-key overrides this budget applies to ``protocol``."""
-        return self.protocol_overrides.get(protocol, self.overrides)
 
 
 BUDGETS: Registry[Budget] = Registry("budget")
@@ -40,63 +36,13 @@ BUDGETS: Registry[Budget] = Registry("budget")
 #   (a fine-tuning rate for a pretrained trunk) to 1e-4, a from-scratch rate (measured on glyphs
 #   fold 0, mfcont: 1e-3 collapses the embedding to val MAP@R 0.07, 1e-4 reaches 0.46 in 4 epochs);
 # - character-preserving augmentation (no horizontal flip: it turns b into d).
-_CPU_COMMON: dict[str, Any] = {
+CPU_COMMON: dict[str, Any] = {
     "data.image_size": 28,
     "data.augment": "characters",
     "model.trunk": "smallcnn",
     "model.pretrained": False,
     "model.freeze_trunk_bn": False,
     "train.lr": 1e-4,
-}
-
-# traditional (protocols.md §2.5): the paper's AdamW lr 1e-4 is already the from-scratch rate above, batch
-# 128 and 512-d stay; epochs are dataset passes (train.iters_per_epoch = 0), so only their number,
-# the patience and the repetitions shrink.
-# SOP's paper split (11,318 training classes, a dataset setting) needs all 22,634 classes; the CPU
-# budgets cut the classes they keep in half instead (a deviation only where the paper differs).
-# The authors' loop (protocols/traditional.toml) stays except two settings that only make sense for
-# a pretrained trunk: BatchNorm gamma/beta train (as its statistics, see _CPU_COMMON) and there is
-# no warm-up epoch (it protects pretrained weights from a random embedder; a from-scratch trunk
-# would lose one of its few epochs). The lr steps every 10 epochs, so within 8 it never decays.
-_TRADITIONAL_MINI: dict[str, Any] = {
-    **{k: v for k, v in _CPU_COMMON.items() if k != "train.lr"},
-    "protocol.train_classes": 0,
-    "model.freeze_trunk_bn_affine": False,
-    "train.warmup_epochs": 0,
-    "train.max_epochs": 8,
-    "train.patience": 3,
-    "test.reps": 3,
-}
-_TRADITIONAL_SMOKE: dict[str, Any] = {
-    **_TRADITIONAL_MINI,
-    "data.max_classes": 100,
-    "data.max_per_class": 8,
-    "train.max_epochs": 2,
-    "train.patience": 1,
-    "test.reps": 2,
-}
-# cbir (protocols.md §2.5, Class-Anchor-Margin paper): Adam lr 1e-3 from scratch is kept; the small CNN on
-# 28 px replaces ResNet-50 and fewer epochs (always trained to the end, eval_every = max_epochs)
-# and repetitions are run.
-_CBIR_CPU: dict[str, Any] = {
-    "data.image_size": 28,
-    "data.augment": "characters",
-    "model.trunk": "smallcnn",
-}
-_CBIR_MINI: dict[str, Any] = {
-    **_CBIR_CPU,
-    "train.batch_size": 128,
-    "train.max_epochs": 8,
-    "train.eval_every": 8,
-    "test.reps": 3,
-}
-_CBIR_SMOKE: dict[str, Any] = {
-    **_CBIR_MINI,
-    "data.max_classes": 100,
-    "data.max_per_class": 8,
-    "train.max_epochs": 2,
-    "train.eval_every": 2,
-    "test.reps": 2,
 }
 
 BUDGETS.register("paper", Budget("paper", "The paper's numbers exactly (§2.2-2.5); GPU-scale.", {}))
@@ -107,7 +53,7 @@ BUDGETS.register(
         "Default: the full protocol on a 2-core CPU in minutes; folds stop at the 3-epoch cap, so "
         "records are marked 'not converged' (use `converge` for patience stops).",
         {
-            **_CPU_COMMON,
+            **CPU_COMMON,
             "train.max_epochs": 3,
             "train.eval_every": 1,
             "train.patience": 2,
@@ -115,7 +61,6 @@ BUDGETS.register(
             "search.n_startup_trials": 5,
             "test.reps": 4,
         },
-        {"traditional": _TRADITIONAL_MINI, "cbir": _CBIR_MINI},
     ),
 )
 BUDGETS.register(
@@ -125,7 +70,7 @@ BUDGETS.register(
         "MLRC in miniature: fine-tunes the built-in symbol-pretrained smallcnn until patience stops "
         "every fold (measured: mfcont); about an hour per loss on a 2-core CPU.",
         {
-            **_CPU_COMMON,
+            **CPU_COMMON,
             # MLRC in miniature (issue 12): fine-tune the built-in symbol-pretrained smallcnn
             # (benchmark/models/pretrained.py) instead of training from scratch. Measured on
             # omniglot fold 0, mfcont defaults, 50-iteration epochs: the pretrained trunk starts at
@@ -150,7 +95,6 @@ BUDGETS.register(
             "search.n_startup_trials": 5,
             "test.reps": 4,
         },
-        {"traditional": _TRADITIONAL_MINI, "cbir": _CBIR_MINI},
     ),
 )
 BUDGETS.register(
@@ -159,7 +103,7 @@ BUDGETS.register(
         "smoke",
         "CI/tests: seconds per run on a 100-class x 8-image subset; checks the machinery, not the ranking.",
         {
-            **_CPU_COMMON,
+            **CPU_COMMON,
             "data.max_classes": 100,
             "data.max_per_class": 8,
             "train.iters_per_epoch": 10,
@@ -170,6 +114,5 @@ BUDGETS.register(
             "search.n_startup_trials": 2,
             "test.reps": 2,
         },
-        {"traditional": _TRADITIONAL_SMOKE, "cbir": _CBIR_SMOKE},
     ),
 )

@@ -54,13 +54,16 @@ class ProtocolSection:
     name: str = "mlrc"
     description: str = ""
     n_folds: int = 4
-    # The cbir protocol's closed-set split: the share of each class's images that become
-    # queries, and the seed of that split. The seed is not the run's --seed on purpose: every
-    # loss and every run seed is scored on the same queries, as with a dataset's official split.
+    # Split settings that only one protocol reads (its module declares them in ``only_keys``, see
+    # benchmark.protocol.specs; set for another protocol they are an error). They stay fields of
+    # this section because run identities and records (config hashes) include them.
+    # A closed-set split: the share of each class's images that become queries, and the seed of
+    # that split. The seed is not the run's --seed on purpose: every loss and every run seed is
+    # scored on the same queries, as with a dataset's official split.
     query_fraction: float = 0.25
     split_seed: int = 0
-    # The traditional protocol's class split: the first ``train_classes`` sorted class ids train,
-    # the rest test; 0 = half of the classes (SOP's paper value is its official 11,318).
+    # A class split: the first ``train_classes`` sorted class ids train, the rest test; 0 = half
+    # of the classes (SOP's paper value is its official 11,318).
     train_classes: int = 0
 
 
@@ -352,6 +355,7 @@ def resolve_config(
     budget_overrides: Mapping[str, Any],
     user_overrides: Mapping[str, Any],
     dataset_settings: DatasetSettings | None = None,
+    check: Callable[[RunConfig], None] | None = None,
 ) -> tuple[RunConfig, RunConfig]:
     """Return ``(resolved, paper)``: protocol ∘ dataset ∘ budget ∘ user overrides, and the paper
     configuration, protocol ∘ dataset.
@@ -360,7 +364,9 @@ def resolve_config(
     choose) holds the values the papers used on that dataset, such as Cars196's MLRC schedule
     (eval every 5 epochs, patience 3): they are part of the paper configuration, so a user who
     sets them is not deviating, while a budget or user value that differs from them is.
-    Each layer is validated on its own first so an error names the layer's key.
+    Each layer is validated on its own first so an error names the layer's key. ``check`` runs
+    on the resolved config before the value checks every protocol shares (the protocols' own-key
+    check, :func:`benchmark.protocol.specs.resolve_run_config`).
     """
     budget_nested = dotted_to_nested(budget_overrides)
     user_nested = dotted_to_nested(user_overrides)
@@ -372,7 +378,8 @@ def resolve_config(
     config_from_mapping(_deep_merge(protocol_data, budget_nested))
     merged = _deep_merge(_deep_merge(protocol_data, budget_nested), user_nested)
     resolved = config_from_mapping(merged)
-    _check_protocol_only_keys(resolved)
+    if check is not None:
+        check(resolved)
     check_values(resolved)
     return resolved, paper
 
@@ -415,7 +422,7 @@ def check_values(config: RunConfig) -> None:
             raise ConfigError(f"{key} must lie in [0, 1), got {value!r}.")
     if not 0 < config.test.confidence < 1:
         raise ConfigError(f"test.confidence must lie in (0, 1), got {config.test.confidence!r}.")
-    values = _flatten(config_to_dict(config))
+    values = flatten(config_to_dict(config))
     for key in COUNT_KEYS:
         if values[key] > MAX_COUNT:
             raise ConfigError(
@@ -430,26 +437,6 @@ def check_values(config: RunConfig) -> None:
             "data.max_per_class = 1 keeps one image per class: no query would have a positive, so "
             "retrieval metrics are undefined. Use 0 (all images) or at least 2."
         )
-
-
-#: Settings that only one protocol reads: setting them for another protocol would be silently
-#: ignored, so it is an error instead.
-PROTOCOL_ONLY_KEYS: dict[str, str] = {
-    "protocol.query_fraction": "cbir",
-    "protocol.split_seed": "cbir",
-    "protocol.train_classes": "traditional",
-}
-
-
-def _check_protocol_only_keys(config: RunConfig) -> None:
-    values = _flatten(config_to_dict(config))
-    defaults = _flatten(config_to_dict(RunConfig()))
-    for key, owner in PROTOCOL_ONLY_KEYS.items():
-        if config.protocol.name != owner and values[key] != defaults[key]:
-            raise ConfigError(
-                f"{key} = {values[key]!r} is only read by the {owner!r} protocol; this run's protocol "
-                f"is {config.protocol.name!r}. Remove the setting or use --protocol {owner}."
-            )
 
 
 #: Settings added after run records and regression baselines existed, with the value that
@@ -478,12 +465,13 @@ class Deviation:
         return f"{self.key} = {self.value!r} (paper: {self.paper!r})"
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 1e-4}}`` -> ``{"train.lr": 1e-4}`` (``loss`` and ``space`` stay tables)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = _join(prefix, k)
         if isinstance(v, Mapping) and v and k not in ("loss", "space"):
-            out.update(_flatten(v, key))
+            out.update(flatten(v, key))
         else:
             out[key] = v
     return out
@@ -496,8 +484,8 @@ NOT_DEVIATIONS = frozenset({"data.dataset", "data.data_dir", "model.trunk_weight
 
 def deviations(resolved: RunConfig, paper: RunConfig) -> list[Deviation]:
     """Every leaf setting (except NOT_DEVIATIONS) whose value differs from the paper configuration."""
-    a = _flatten(config_to_dict(resolved))
-    b = _flatten(config_to_dict(paper))
+    a = flatten(config_to_dict(resolved))
+    b = flatten(config_to_dict(paper))
     return [Deviation(k, b.get(k), a[k]) for k in sorted(a) if k not in NOT_DEVIATIONS and a[k] != b.get(k)]
 
 

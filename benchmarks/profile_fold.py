@@ -35,7 +35,7 @@ from benchmark.budgets import BUDGETS
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES
-from benchmark.protocol.runner import AUGMENTS, cache_dir, fold_data, load_run_dataset
+from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

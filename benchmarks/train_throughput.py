@@ -60,7 +60,7 @@ from benchmark.data.sampler import MPerClassSampler
 from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
-from benchmark.protocol.runner import AUGMENTS, cache_dir, fold_data, load_run_dataset
+from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
 from benchmark.protocol.train import make_optimizer, remap_labels, train_with_loss
 
 SEED = 0

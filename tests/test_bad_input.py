@@ -13,7 +13,8 @@ import pytest
 
 from benchmark.cli.list_cmd import KINDS as LIST_KINDS
 from benchmark.cli.main import main
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
 
 REPO = Path(__file__).resolve().parent.parent
 

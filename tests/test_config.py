@@ -7,7 +7,6 @@ import pytest
 from benchmark.budgets import BUDGETS
 from benchmark.config import (
     NOT_DEVIATIONS,
-    PROTOCOL_ONLY_KEYS,
     config_from_mapping,
     deviations,
     load_protocol_file,
@@ -17,7 +16,9 @@ from benchmark.config import (
     resolve_config,
 )
 from benchmark.errors import ConfigError, UnknownNameError
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
+from benchmark.protocol.specs import protocol_only_keys, resolve_run_config
 
 PAPER = load_protocol_file("mlrc")
 
@@ -137,13 +138,13 @@ def test_bad_search_range_override(override: dict[str, object], message: str) ->
 @pytest.mark.parametrize(("key", "value"), [("protocol.query_fraction", 0.5), ("protocol.split_seed", 7)])
 def test_protocol_only_keys_rejected_elsewhere(protocol: str, key: str, value: object) -> None:
     data = load_protocol_file(protocol)
-    owner = PROTOCOL_ONLY_KEYS[key]
+    owner = protocol_only_keys()[key]
     if protocol_kind(data) == owner:
-        resolved, paper = resolve_config(data, {}, {key: value})
+        resolved, paper = resolve_run_config(data, {}, {key: value})
         assert key in {d.key for d in deviations(resolved, paper)}
     else:
         with pytest.raises(ConfigError, match=f"{key} = {value!r} is only read by the '{owner}' protocol"):
-            resolve_config(data, {}, {key: value})
+            resolve_run_config(data, {}, {key: value})
 
 
 def test_protocol_names_are_the_protocol_files() -> None:

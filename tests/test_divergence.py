@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 import benchmark.protocol.train as train_module
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
 
 
 class NaNLoss(nn.Module):

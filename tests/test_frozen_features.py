@@ -28,7 +28,9 @@ from benchmark.models.features import (
     load_or_compute_features,
 )
 from benchmark.models.trunks import build_model
-from benchmark.protocol.runner import MLRCRun, RunRequest, _load_fold_data, fold_data
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
+from benchmark.protocol.run_data import fold_data, load_fold_data
 from benchmark.protocol.train import embed_samples, train_fold
 
 CPU = torch.device("cpu")
@@ -219,7 +221,7 @@ def test_worker_loader_reads_the_cached_file(tmp_path: Path) -> None:
     config = frozen_config()
     feats, path, _ = load_or_compute_features(toy_dataset(n_classes=40), config, tmp_path, 0, CPU)
     parent = fold_data(feats, mlrc_split(feats.classes().tolist(), 4))
-    worker = _load_fold_data(config, tmp_path / "no-dataset-cache-needed", path)
+    worker = load_fold_data(config, tmp_path / "no-dataset-cache-needed", path)
     assert isinstance(worker.test, FeatureDataset) and isinstance(parent.test, FeatureDataset)
     assert torch.equal(worker.test.features, parent.test.features)
     for (wt, wv), (pt, pv) in zip(worker.folds, parent.folds, strict=True):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.losses import LOSSES
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
 
 TINY = {
     "search.n_trials": 1,

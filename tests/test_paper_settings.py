@@ -20,7 +20,8 @@ from PIL import Image
 from benchmark.budgets import BUDGETS
 from benchmark.config import deviations, load_protocol_file, resolve_config
 from benchmark.losses import LOSSES, LossContext, build_loss
-from benchmark.protocol.runner import dataset_paper_settings
+from benchmark.protocol.request import dataset_paper_settings
+from benchmark.protocol.specs import budget_overrides
 
 
 def _pixels(rng: np.random.Generator, base: np.ndarray) -> np.ndarray:
@@ -68,7 +69,7 @@ def make_cars_tree(root: Path, n_classes: int = 40, per_class: int = 4) -> Path:
 
 def _resolve(dataset: str, user: dict[str, Any], budget: str = "paper") -> tuple[Any, Any]:
     protocol = load_protocol_file("mlrc")
-    overrides = BUDGETS.get(budget).overrides_for("mlrc")
+    overrides = budget_overrides(budget, "mlrc")
     return resolve_config(protocol, overrides, {"data.dataset": dataset, **user}, dataset_paper_settings)
 
 
@@ -185,7 +186,7 @@ def test_traditional_trains_on_sops_official_classes() -> None:
     config, _ = resolve_config(protocol, {}, {"data.dataset": "cub200"}, dataset_paper_settings)
     assert half_split(range(1, 201), config.protocol.train_classes).test[0] == 101
     # CPU budgets keep too few classes for 11,318: they cut in half, recorded as a deviation.
-    mini = BUDGETS.get("mini").overrides_for("traditional")
+    mini = budget_overrides("mini", "traditional")
     config, paper = resolve_config(protocol, mini, {"data.dataset": "sop"}, dataset_paper_settings)
     devs = {d.key: (d.paper, d.value) for d in deviations(config, paper)}
     assert devs["protocol.train_classes"] == (11318, 0)

@@ -169,7 +169,8 @@ def test_every_omniglot_alphabet_present_has_a_script_mapping() -> None:
 
 
 def test_converge_budget_fine_tunes_the_builtin_trunk() -> None:
-    from benchmark.protocol.runner import MLRCRun, RunRequest
+    from benchmark.protocol.mlrc_run import MLRCRun
+    from benchmark.protocol.request import RunRequest
 
     run = MLRCRun(RunRequest(loss="mfcont", budget="converge", quiet=True, device="cpu"))
     run.resolve()  # validates the built-in name, its trunk and the file's sha256

@@ -16,7 +16,8 @@ from cli_helpers import dmlbench
 from benchmark.errors import ConfigError
 from benchmark.losses import LossContext, build_loss
 from benchmark.metrics.two_stage import ClassAnchors
-from benchmark.protocol.cbir import brute_force_ranking, cbir_cutoffs, loss_anchors, score_retrieval
+from benchmark.protocol.cbir import cbir_cutoffs
+from benchmark.protocol.cbir_run import brute_force_ranking, loss_anchors, score_retrieval
 
 # -- pure functions ------------------------------------------------------------------------------
 

@@ -16,11 +16,13 @@ from cli_helpers import dmlbench
 from benchmark.budgets import BUDGETS
 from benchmark.data.sampler import PassSampler
 from benchmark.errors import DataError
-from benchmark.protocol.cbir import CBIRRun
+from benchmark.protocol.cbir_run import CBIRRun
 from benchmark.protocol.dispatch import runner_for
+from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.repeated import unused_override
-from benchmark.protocol.runner import MLRCRun
-from benchmark.protocol.traditional import HalfSplit, TraditionalRun, half_split, traditional_param_lr
+from benchmark.protocol.specs import budget_overrides
+from benchmark.protocol.traditional import HalfSplit, half_split, traditional_param_lr
+from benchmark.protocol.traditional_run import TraditionalRun
 from benchmark.protocol.train import iterations_per_epoch
 
 # -- pure functions ------------------------------------------------------------------------------
@@ -81,11 +83,11 @@ def test_unused_override_names_search_keys() -> None:
 
 def test_budgets_have_protocol_specific_overrides() -> None:
     smoke = BUDGETS.get("smoke")
-    assert smoke.overrides_for("mlrc") is smoke.overrides
-    trad = smoke.overrides_for("traditional")
+    assert budget_overrides("smoke", "mlrc") is smoke.overrides
+    trad = budget_overrides("smoke", "traditional")
     assert not any(k.startswith("search.") for k in trad)
     assert "train.iters_per_epoch" not in trad  # epochs stay dataset passes
-    assert BUDGETS.get("paper").overrides_for("traditional") == {}
+    assert budget_overrides("paper", "traditional") == {}
 
 
 def test_runner_dispatch_by_protocol_name() -> None:

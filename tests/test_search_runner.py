@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import optuna
 
+from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.parallel import FoldOutcome, FoldTask
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.request import RunRequest
 from benchmark.protocol.train import FoldResult
 from benchmark.search.study import FAILED_SCORE, FAILURE_ATTR, is_failed
 

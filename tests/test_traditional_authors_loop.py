@@ -13,7 +13,6 @@ import torch
 from cli_helpers import dmlbench
 from test_paper_settings import make_sop_tree
 
-from benchmark.budgets import BUDGETS
 from benchmark.config import (
     RunConfig,
     TrainConfig,
@@ -26,7 +25,9 @@ from benchmark.data.augment import IMAGENET_AUGMENT
 from benchmark.data.base import ImageDataset
 from benchmark.errors import ConfigError
 from benchmark.models.trunks import build_model
-from benchmark.protocol.runner import AUGMENTS, dataset_paper_settings, validate_common
+from benchmark.protocol.request import dataset_paper_settings, validate_common
+from benchmark.protocol.run_data import AUGMENTS
+from benchmark.protocol.specs import budget_overrides
 from benchmark.protocol.train import build_fold_model, train_with_loss
 from benchmark.protocol.training_options import LoopControl, configure_model
 
@@ -197,7 +198,7 @@ def test_smoke_run_on_sop_layout_states_what_the_budget_changes(tmp_path: Path) 
     for kept in ("model.pooling", "model.embedder_init", "train.clip_grad_value", "train.lr_decay_step"):
         assert kept not in devs
     assert rec["config"]["model"]["pooling"] == "avg+max"
-    smoke = BUDGETS.get("smoke").overrides_for("traditional")
+    smoke = budget_overrides("smoke", "traditional")
     assert smoke["protocol.train_classes"] == 0
     config, paper = resolve_config(
         load_protocol_file("traditional"), smoke, {"data.dataset": "sop"}, dataset_paper_settings

@@ -18,7 +18,8 @@ from torch import nn
 import benchmark.protocol.train as train_module
 from benchmark.config import RunConfig
 from benchmark.models.features import Samples
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from benchmark.models.trunks import (
     lookup_cached_weights,
     trunk_spec,
 )
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
 
 timm = pytest.importorskip("timm", reason="optional extra dmlbench[timm] not installed")
 safetensors_torch = pytest.importorskip("safetensors.torch")

@@ -16,11 +16,12 @@ import torch
 from PIL import Image
 
 import benchmark.protocol.train as train_module
-from benchmark.budgets import BUDGETS
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch_from_whole
 from benchmark.errors import DataError
-from benchmark.protocol.runner import AUGMENTS, dataset_paper_settings, load_run_dataset
+from benchmark.protocol.request import dataset_paper_settings
+from benchmark.protocol.run_data import AUGMENTS, load_run_dataset
+from benchmark.protocol.specs import budget_overrides
 
 
 def make_marker_cub(root: Path, n_classes: int = 8, per_class: int = 4) -> Path:
@@ -59,9 +60,7 @@ def test_training_batches_see_the_border_evaluation_does_not(
     cub = make_marker_cub(tmp_path / "data")
     protocol = load_protocol_file("mlrc")
     user = {"data.dataset": "cub200", "data.data_dir": str(cub), "train.batch_size": 8}
-    config, _ = resolve_config(
-        protocol, BUDGETS.get("smoke").overrides_for("mlrc"), user, dataset_paper_settings
-    )
+    config, _ = resolve_config(protocol, budget_overrides("smoke", "mlrc"), user, dataset_paper_settings)
     dataset = load_run_dataset(config, tmp_path / "cache")
     seen: dict[bool, list[torch.Tensor]] = {True: [], False: []}
     build = train_module.build_fold_model

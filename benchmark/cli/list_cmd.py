@@ -14,6 +14,7 @@ from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.specs import TRUNKS
 from benchmark.plugins import source_of
+from benchmark.protocol.specs import protocol_specs
 from benchmark.search.options import SAMPLERS
 
 # Every registry imported here is a declaration that needs no torch, faiss or Optuna: `dmlbench list`
@@ -77,9 +78,11 @@ def _budgets() -> list[str]:
         out.append(f"{n:8s} {b.description}")
         for k, v in b.overrides.items():
             out.append(f"    {k} = {v!r}")
-        for protocol, overrides in b.protocol_overrides.items():
-            out.append(f"  for protocol {protocol} instead:")
-            for k, v in overrides.items():
+        for spec in protocol_specs():  # a protocol's own overrides for this budget (its module's)
+            if n not in spec.budget_overrides:
+                continue
+            out.append(f"  for protocol {spec.name} instead:")
+            for k, v in spec.budget_overrides[n].items():
                 out.append(f"    {k} = {v!r}")
     return out
 

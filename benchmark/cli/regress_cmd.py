@@ -81,7 +81,7 @@ def handle(args: argparse.Namespace) -> int:
     cases = select_cases(suite, split_names(args.cases), split_names(args.datasets), split_names(args.losses))
     # Training code (torch) only once the suite and the selection are known to be valid.
     import benchmark.native  # noqa: F401  (faiss's and torch's native libraries in a fixed order)
-    from benchmark.protocol.runner import cache_dir
+    from benchmark.protocol.run_data import cache_dir
     from benchmark.regress.check import run_check, run_update
 
     if args.update:

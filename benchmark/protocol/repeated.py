@@ -1,8 +1,9 @@
 """Protocols without a hyperparameter search: one fixed split, ``test.reps`` trainings, CIs.
 
-The ``traditional`` and ``cbir`` protocols (docs/protocols.md §2.5) share MLRC's steps (resolve, run
-directory, record, leaderboard) but replace search + fold-wise test stage by repetitions of one
-training with the loss's default hyperparameters (``--set loss.X=...`` fixes others). Each rep
+The ``traditional`` and ``cbir`` protocols (docs/protocols.md §2.5) share the base steps (resolve,
+run directory, record; :mod:`benchmark.protocol.base`) and replace MLRC's search + fold-wise test
+stage by repetitions of one training with the loss's default hyperparameters (``--set loss.X=...``
+fixes others). Each rep
 is one file in ``runs/.../reps/``, so re-running the command after an interruption redoes only
 unfinished reps. Training runs in this process (one rep after another).
 
@@ -23,16 +24,12 @@ from benchmark.config import RunConfig
 from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
+from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.convergence import convergence_summary
 from benchmark.protocol.environment import environment_info
+from benchmark.protocol.evaluation import interval_dict
 from benchmark.protocol.request import validate_common
-from benchmark.protocol.runner import (
-    MLRCRun,
-    RunResult,
-    _interval_dict,
-    cache_dir,
-    load_run_dataset,
-)
+from benchmark.protocol.run_data import cache_dir, load_run_dataset
 from benchmark.protocol.train import iterations_per_epoch
 
 #: Config sections a protocol without search does not read; setting them is an error, not a no-op.
@@ -47,7 +44,7 @@ def unused_override(keys: list[str]) -> str | None:
     return None
 
 
-class RepeatedRun(MLRCRun):
+class RepeatedRun(ProtocolRun):
     """Base of the search-free protocols; subclasses define the split, one rep and the untrained row."""
 
     #: (name, label) of each evaluation mode a rep reports metrics for.
@@ -59,7 +56,7 @@ class RepeatedRun(MLRCRun):
 
     # -- step 1 ---------------------------------------------------------------------------------
     def resolve(self) -> None:
-        """MLRC's resolution, refusing settings this protocol would silently ignore."""
+        """The common resolution, refusing settings this protocol would silently ignore first."""
         req = self.request
         bad = unused_override(sorted(req.overrides))
         if bad is not None:
@@ -112,9 +109,6 @@ class RepeatedRun(MLRCRun):
     # -- step 2/3 -------------------------------------------------------------------------------
     def load_data(self) -> None:
         self.dataset = load_run_dataset(self.config, cache_dir())
-        self.features = None
-        self.features_path = None
-        self.jobs = 1
 
     #: What the split step tells the record (set by :meth:`split`).
     split_info: dict[str, Any]
@@ -123,9 +117,12 @@ class RepeatedRun(MLRCRun):
         """Set the protocol's train/evaluation sets and ``self.split_info`` (for the record)."""
         raise NotImplementedError
 
-    # -- step 5/6 -------------------------------------------------------------------------------
-    def search(self) -> None:
-        """No search: the loss hyperparameters are fixed."""
+    # -- step 5 ---------------------------------------------------------------------------------
+    def execute(self) -> None:
+        """No search (the loss hyperparameters are fixed): the repetitions, then the untrained row."""
+        with self.watch.time("test"):
+            self.test_stage()
+            self.untrained()
 
     def test_stage(self) -> None:
         """``test.reps`` trainings; finished reps are files in ``runs/.../reps/`` and are reused."""
@@ -210,7 +207,7 @@ class RepeatedRun(MLRCRun):
             mode: {m: [rep["scores"][mode][m] for rep in self.rep_results] for m in metrics} for mode in modes
         }
         summary = {
-            mode: {m: _interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics} for mode in modes
+            mode: {m: interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics} for mode in modes
         }
         extra = self.extra_per_rep()
         record: dict[str, Any] = {
@@ -233,7 +230,7 @@ class RepeatedRun(MLRCRun):
                 "per_rep": per_rep,
                 "summary": summary,
                 "extra_per_rep": extra,
-                "extra_summary": {k: _interval_dict(v, c.test.confidence) for k, v in extra.items()},
+                "extra_summary": {k: interval_dict(v, c.test.confidence) for k, v in extra.items()},
                 "rep_details": self.rep_results,
             },
             "untrained": self.untrained_result,
@@ -273,32 +270,6 @@ class RepeatedRun(MLRCRun):
             "loss_params": self.params,
             "selection": self.SELECTION,
         }
-
-    def update_leaderboard(self) -> None:
-        from benchmark.report.tables import write_tables
-
-        results, dataset, protocol = self.request.results_dir, self.config.data.dataset, self.request.protocol
-        self.leaderboard_paths = write_tables(results, dataset, protocol)
-        kill_point("report.tables")
-
-    # -- the run ----------------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        """Execute every step in order (finished reps are reused)."""
-        t0 = time.perf_counter()
-        self.resolve()
-        with self.watch.time("data"):
-            self.load_data()
-            self.split()
-        self.prepare_run_dir()
-        for d in self.deviations:
-            self.progress.message(f"deviation from paper: {d.describe()}")
-        with self.watch.time("test"):
-            self.test_stage()
-            self.untrained()
-        self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
-        self.write_record()
-        self.update_leaderboard()
-        return RunResult(self.record_path, self.run_dir, self.leaderboard_paths, self.record)
 
 
 def scores_by_mode(

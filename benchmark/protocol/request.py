@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import RunConfig, load_protocol_file, protocol_kind, resolve_config
+from benchmark.config import RunConfig, load_protocol_file, protocol_kind
 from benchmark.data import DATASETS
 from benchmark.errors import ConfigError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.specs import trunk_spec
+from benchmark.protocol.specs import budget_overrides, resolve_run_config
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
 
@@ -112,7 +113,7 @@ def check_writable_dir(folder: Path, flag: str) -> None:
 
 def request_layers(req: RunRequest) -> tuple[dict[str, Any], Mapping[str, Any], dict[str, Any]]:
     """``(protocol file, budget overrides, user overrides)`` of a request (see ``resolve_config``)."""
-    budget = BUDGETS.get(req.budget)
+    BUDGETS.get(req.budget)  # an unknown budget is named before the protocol file is read
     user: dict[str, Any] = dict(req.overrides)
     if req.dataset is not None:
         user["data.dataset"] = req.dataset
@@ -121,7 +122,7 @@ def request_layers(req: RunRequest) -> tuple[dict[str, Any], Mapping[str, Any], 
     if req.sampler is not None:
         user["search.sampler"] = req.sampler
     protocol_data = load_protocol_file(req.protocol)
-    return protocol_data, budget.overrides_for(protocol_kind(protocol_data)), user
+    return protocol_data, budget_overrides(req.budget, protocol_kind(protocol_data)), user
 
 
 def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
@@ -200,7 +201,7 @@ def preflight(req: RunRequest) -> RunConfig:
     """
     check_request(req)
     LOSSES.get(req.loss)
-    config, _ = resolve_config(*request_layers(req), dataset_paper_settings)
+    config, _ = resolve_run_config(*request_layers(req), dataset_paper_settings)
     if config.model.pretrained and not config.model.trunk_weights:
         return config
     validate_common(config, positive_counts(config, COMMON_POSITIVE))

@@ -21,7 +21,11 @@ import torch
 
 from benchmark.errors import DmlbenchError
 from benchmark.protocol.parallel import watch_parent
-from benchmark.protocol.runner import MLRCRun, RunRequest
+from benchmark.protocol.request import RunRequest
+
+#: What a worker process runs with its request (e.g. :func:`benchmark.protocol.mlrc_run.search_worker`).
+#: A module-level function: spawned processes receive it pickled by name.
+WorkerEntry = Callable[[RunRequest], None]
 
 
 def worker_threads(workers: int, cores: int | None = None) -> int:
@@ -30,25 +34,17 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, workers))
 
 
-def worker_main(request: RunRequest, worker_id: int, threads: int, parent_pid: int) -> None:
-    """Entry point of one worker process: run search trials until the global budget is taken."""
+def worker_main(entry: WorkerEntry, request: RunRequest, threads: int, parent_pid: int) -> None:
+    """Entry point of one worker process: ``entry(request)`` (search trials until the budget is taken)."""
     watch_parent(parent_pid)
     torch.set_num_threads(threads)
-    run = MLRCRun(request)
-    run.resolve()
-    run.load_data()
-    run.split()
-    run.prepare_run_dir()
-    try:
-        run.search()
-    except BaseException:
-        run.executor.close(abort=True)
-        raise
-    run.executor.close()
+    entry(request)
 
 
-def run_local_workers(request: RunRequest, on_poll: Callable[[], None], poll_s: float = 2.0) -> None:
-    """Run ``request.workers`` worker processes to completion, calling ``on_poll`` while waiting.
+def run_local_workers(
+    request: RunRequest, entry: WorkerEntry, on_poll: Callable[[], None], poll_s: float = 2.0
+) -> None:
+    """Run ``request.workers`` processes of ``entry`` to completion, calling ``on_poll`` while waiting.
 
     A worker that exits abnormally stops all others (their trials would otherwise wait for the
     dead worker's RUNNING trial, which only the next start of the run can recover).
@@ -61,7 +57,7 @@ def run_local_workers(request: RunRequest, on_poll: Callable[[], None], poll_s: 
     for k in range(1, n + 1):
         child = dataclasses.replace(request, workers=1, worker_id=k, jobs=jobs, quiet=True)
         p = ctx.Process(
-            target=worker_main, args=(child, k, threads, os.getpid()), name=f"dmlbench-worker-{k}"
+            target=worker_main, args=(entry, child, threads, os.getpid()), name=f"dmlbench-worker-{k}"
         )
         p.start()
         procs.append(p)

@@ -15,22 +15,16 @@ import numpy as np
 import torch
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import (
-    NEUTRAL_DEFAULTS,
-    PROTOCOL_ONLY_KEYS,
-    RunConfig,
-    config_to_dict,
-    load_protocol_file,
-    resolve_config,
-)
+from benchmark.config import NEUTRAL_DEFAULTS, RunConfig, config_to_dict, load_protocol_file
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import mlrc_split
 from benchmark.errors import DataError, DmlbenchError, TrainingDiverged
 from benchmark.losses import LOSSES
 from benchmark.metrics import evaluate
 from benchmark.protocol.parallel import FoldData
-from benchmark.protocol.runner import AUGMENTS, fold_data, load_run_dataset
+from benchmark.protocol.run_data import AUGMENTS, fold_data, load_run_dataset
 from benchmark.protocol.seeds import derive_seed
+from benchmark.protocol.specs import protocol_only_keys, resolve_run_config
 from benchmark.protocol.train import embed, train_fold
 from benchmark.regress.cases import Case, Settings
 
@@ -56,7 +50,7 @@ class PreparedCase:
         config["data"].pop("data_dir", None)
         # Settings this protocol never reads (fixed at their defaults by resolve_config) would only
         # make baselines stale when another protocol gains a setting.
-        for key, owner in PROTOCOL_ONLY_KEYS.items():
+        for key, owner in protocol_only_keys().items():
             if self.config.protocol.name != owner:
                 section, name = key.split(".")
                 config[section].pop(name, None)
@@ -84,7 +78,7 @@ def case_config(case: Case, settings: Settings) -> RunConfig:
     user["data.dataset"] = case.dataset
     if case.data_dir is not None:
         user["data.data_dir"] = str(case.data_dir)
-    config, _ = resolve_config(
+    config, _ = resolve_run_config(
         load_protocol_file(settings.protocol), BUDGETS.get(settings.budget).overrides, user
     )
     return config

@@ -1,0 +1,271 @@
+"""What every protocol run shares: resolve, run directory, record header, write, the step sequence.
+
+A protocol's run class (:mod:`benchmark.protocol.mlrc_run`, ``traditional_run``, ``cbir_run``)
+subclasses :class:`ProtocolRun` and fills in its steps: ``load_data``, ``split``, ``execute``
+(its training and evaluation stages) and ``build_record``. :meth:`ProtocolRun.run` runs them in
+order: resolve -> data -> split -> run directory -> execute -> record. All state lives in the
+run directory, so re-running the same command after an interruption continues where it stopped.
+The leaderboard is the caller's (:func:`benchmark.api.run` refreshes it after the record is written).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmark.config import (
+    Deviation,
+    RunConfig,
+    config_hash,
+    config_to_dict,
+    describe_schedule,
+    deviations,
+)
+from benchmark.data.augment import AugmentSpec
+from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.faults import kill_point
+from benchmark.io import differing_keys, read_json, write_json_atomic
+from benchmark.losses import LOSSES, LossSpec, SearchDim
+from benchmark.models.pretrained import weights_record
+from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
+from benchmark.plugins import record_sources
+from benchmark.protocol.device import pick_device
+from benchmark.protocol.progress import Progress, Stopwatch
+from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
+from benchmark.protocol.run_data import AUGMENTS
+from benchmark.protocol.specs import resolve_run_config
+from benchmark.protocol.train import StepCallback
+
+RECORD_SCHEMA = "dmlbench.run/1"
+
+
+@dataclass
+class RunResult:
+    """A finished run: its record (also written to ``record_path``) and where its files are.
+
+    ``leaderboard_paths`` is filled by the caller that refreshed the leaderboard
+    (:func:`benchmark.api.run`); a run class returns it empty.
+    """
+
+    record_path: Path
+    run_dir: Path
+    leaderboard_paths: list[Path]
+    record: dict[str, Any]
+
+
+class ProtocolRun:
+    """One (dataset, protocol, loss, budget, seed) run; subclasses are the protocols."""
+
+    #: Whether the protocol's leaderboard has plots (refreshed by the caller with its tables).
+    LEADERBOARD_PLOTS = False
+
+    def __init__(self, request: RunRequest) -> None:
+        self.request = request
+        self.watch = Stopwatch()
+        self.progress = Progress(0, quiet=request.quiet)
+
+    # -- step 1 ---------------------------------------------------------------------------------
+    def resolve(self) -> None:
+        """Build and validate the whole configuration before any compute."""
+        req = self.request
+        check_request(req)
+        self.loss_spec: LossSpec = LOSSES.get(req.loss)
+        protocol_data, overrides, user = request_layers(req)
+        self.budget_overrides = overrides
+        self.config, self.paper = resolve_run_config(protocol_data, overrides, user, dataset_paper_settings)
+        cached = self._cached_trunk_weights()
+        if cached is not None and cached.found is not None:
+            # Recorded as if given with --trunk-weights: the run record names the file used.
+            user["model.trunk_weights"] = str(cached.found)
+            self.config, self.paper = resolve_run_config(
+                protocol_data, overrides, user, dataset_paper_settings
+            )
+            self.progress.message(f"pretrained trunk weights from the {cached.cache} cache: {cached.found}")
+        self._validate_names(self.config)
+        self.deviations: list[Deviation] = deviations(self.config, self.paper)
+        self.search_space, self.fixed_params = self._search_space()
+        self.augment: AugmentSpec | None = AUGMENTS[self.config.data.augment]
+        self.device: torch.device = pick_device(req.device)
+
+    def _cached_trunk_weights(self) -> WeightsLookup | None:
+        """Pretrained weights asked for without a file: the trunk's public file in a local cache.
+
+        The torch hub cache, and for ``timm:NAME`` trunks first the Hugging Face hub cache.
+        """
+        m = self.config.model
+        if not m.pretrained or m.trunk_weights:
+            return None
+        return lookup_cached_weights(trunk_spec(m.trunk))
+
+    def _validate_names(self, c: RunConfig) -> None:
+        """The protocol's checks of the resolved config (names, counts, its own settings)."""
+        raise NotImplementedError
+
+    def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
+        """``(searched dimensions, fixed hyperparameters)`` of the loss under this config."""
+        spec = self.loss_spec
+        unknown = sorted(set(self.config.loss) - set(spec.defaults))
+        if unknown:
+            raise ConfigError(
+                f"Unknown loss.{unknown[0]} for loss {spec.name!r}; its hyperparameters are: "
+                f"{', '.join(spec.defaults)}."
+            )
+        # The paper's values for this dataset (SOP SoftTriple: K = 2, no regulariser) are fixed
+        # like the user's --set loss.X, which still wins (and is a recorded deviation).
+        fixed = {**spec.defaults_for(self.config.data.dataset), **self.config.loss}
+        space = {k: d for k, d in spec.search_space.items() if k not in fixed}
+        for loss_name, ranges in self.config.space.items():
+            other = LOSSES.get(loss_name)  # an unknown loss name in [space.X] is an error too
+            for key, bounds in ranges.items():
+                if key not in other.search_space:
+                    raise ConfigError(
+                        f"space.{loss_name}.{key}: {key!r} is not searched for loss {loss_name!r}; "
+                        f"its search space is {', '.join(other.search_space)}."
+                    )
+                dim = other.search_space[key]
+                if len(bounds) != 2 or not bounds[0] < bounds[1] or (dim.log and bounds[0] <= 0):
+                    raise ConfigError(
+                        f"space.{loss_name}.{key} must be [low, high] with low < high"
+                        f"{' and low > 0 (log scale)' if dim.log else ''}, got {list(bounds)}."
+                    )
+                if loss_name == spec.name and key in space:
+                    space[key] = SearchDim(float(bounds[0]), float(bounds[1]), dim.log)
+        return space, fixed
+
+    # -- steps 2/3: the protocol's --------------------------------------------------------------
+    def load_data(self) -> None:
+        """Load the dataset (and what the protocol derives from it before splitting)."""
+        raise NotImplementedError
+
+    def split(self) -> None:
+        """Set the protocol's training and evaluation sets."""
+        raise NotImplementedError
+
+    # -- step 4 ---------------------------------------------------------------------------------
+    def prepare_run_dir(self) -> None:
+        """Create the run directory, or check that an existing one belongs to this configuration."""
+        req, c = self.request, self.config
+        identity = {
+            "protocol": req.protocol,
+            "loss": req.loss,
+            "budget": req.budget,
+            "seed": req.seed,
+            "config": config_to_dict(c),
+        }
+        name = f"{req.loss}-{req.budget}-seed{req.seed}-{config_hash(c)}"
+        self.run_dir = req.out / c.data.dataset / req.protocol / name
+        ident_path = self.run_dir / "run.json"
+        if ident_path.exists():
+            existing = read_json(ident_path)
+            expected = json.loads(json.dumps(identity))
+            if existing != expected:
+                differ = differing_keys(existing, expected)
+                raise DmlbenchError(
+                    f"Run directory {self.run_dir} belongs to a different configuration (differs in: "
+                    f"{', '.join(differ[:8])}); refusing to mix results. Use another --out or remove the "
+                    "directory."
+                )
+            self.resumed = True
+        else:
+            write_json_atomic(ident_path, identity)
+            self.resumed = False
+        self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
+
+    # -- step 5: the protocol's -----------------------------------------------------------------
+    def execute(self) -> None:
+        """The protocol's training and evaluation stages (finished work is reused)."""
+        raise NotImplementedError
+
+    # -- step 6 ---------------------------------------------------------------------------------
+    def record_header(self) -> dict[str, Any]:
+        """The fields every protocol's record starts with: schema, identity, config, deviations."""
+        c, req = self.config, self.request
+        return {
+            "schema": RECORD_SCHEMA,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "protocol": req.protocol,
+            "dataset": c.data.dataset,
+            "loss": self.loss_spec.name,
+            "loss_display_name": self.loss_spec.display_name,
+            "embedding_space": self.loss_spec.embedding_space,
+            "budget": req.budget,
+            "seed": req.seed,
+            "run_dir": str(self.run_dir),
+            "config": config_to_dict(c),
+            "deviations": [{"key": d.key, "paper": d.paper, "value": d.value} for d in self.deviations],
+            # The trunk's weights file, its sha256 and (built-in weights) how it was made; None: random init.
+            "trunk_weights": weights_record(c.model.trunk, c.model.pretrained, c.model.trunk_weights),
+            # The dataset's own paper settings (docs/protocols.md §2.2 schedule, ...) and the schedule used.
+            "dataset_paper_settings": dict(dataset_paper_settings(c.data.dataset, c.protocol.name)),
+            "schedule": self.schedule_info(),
+            "loss_dataset_defaults": self.loss_spec.defaults_for(c.data.dataset),
+            **self._plugin_sources(),
+        }
+
+    def schedule_info(self) -> dict[str, Any]:
+        """The convergence schedule used and where its values came from (paper, budget, user)."""
+        declared = dataset_paper_settings(self.config.data.dataset, self.config.protocol.name)
+        return describe_schedule(
+            self.config,
+            self.paper,
+            self.request.budget,
+            self.budget_overrides,
+            any(k in declared for k in ("train.eval_every", "train.patience")),
+        )
+
+    def _plugin_sources(self) -> dict[str, Any]:
+        """``plugins``: where the run's outside components came from (absent when all are built in)."""
+        c = self.config
+        used = {"loss": self.loss_spec.name, "dataset": c.data.dataset, "trunk": c.model.trunk}
+        sources = record_sources(used)
+        return {"plugins": sources} if sources else {}
+
+    def build_record(self) -> dict[str, Any]:
+        """The run record: :meth:`record_header` and the protocol's results."""
+        raise NotImplementedError
+
+    def write_record(self) -> None:
+        """Write the record into the run directory, then under ``results_dir`` (the leaderboard's input)."""
+        self.record = self.build_record()
+        write_json_atomic(self.run_dir / "record.json", self.record)
+        kill_point("record.run_dir")
+        req = self.request
+        self.record_path = (
+            req.results_dir
+            / self.config.data.dataset
+            / req.protocol
+            / "records"
+            / f"{self.loss_spec.name}.{req.budget}.seed{req.seed}.json"
+        )
+        write_json_atomic(self.record_path, self.record)
+
+    def step_status(self, where: str) -> StepCallback:
+        """A per-step callback showing ``where`` and the step as a heartbeat (slow epochs only)."""
+        max_epochs = self.config.train.max_epochs
+
+        def cb(epoch: int, step: int, steps: int) -> None:
+            self.progress.heartbeat(f"{where} epoch {epoch}/{max_epochs} step {step}/{steps}")
+
+        return cb
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Execute every step in order (already finished work is reused); returns the record."""
+        t0 = time.perf_counter()
+        self.resolve()
+        with self.watch.time("data"):
+            self.load_data()
+            self.split()
+        self.prepare_run_dir()
+        for d in self.deviations:
+            self.progress.message(f"deviation from paper: {d.describe()}")
+        self.execute()
+        self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
+        self.write_record()
+        return RunResult(self.record_path, self.run_dir, [], self.record)

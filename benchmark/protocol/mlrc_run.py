@@ -1,0 +1,329 @@
+"""The ``mlrc`` protocol's run code: data, 4-fold split, search, test stage, untrained row, record.
+
+resolve -> load data -> split -> prepare run dir -> search -> test stage -> untrained row ->
+record (:class:`~benchmark.protocol.base.ProtocolRun` runs the steps). The search is
+:class:`~benchmark.protocol.search_stage.SearchStage`, given this run's fold executor; the
+declaration (budgets, settings) is :mod:`benchmark.protocol.mlrc`.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.config import RunConfig
+from benchmark.data.base import ImageDataset
+from benchmark.data.splits import MLRCSplit, check_queries_have_positives, mlrc_split
+from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.faults import kill_point
+from benchmark.io import atomic_write, read_json, write_json_atomic
+from benchmark.models.features import FeatureDataset, load_or_compute_features
+from benchmark.protocol.base import ProtocolRun
+from benchmark.protocol.convergence import convergence_summary
+from benchmark.protocol.device import default_jobs
+from benchmark.protocol.environment import environment_info
+from benchmark.protocol.evaluation import evaluate_folds, interval_dict
+from benchmark.protocol.parallel import FoldExecutor, FoldTask, WorkerSetup
+from benchmark.protocol.request import RunRequest, validate_common
+from benchmark.protocol.run_data import cache_dir, fold_data, load_fold_data, load_run_dataset
+from benchmark.protocol.search_stage import SearchStage, shared_reps, study_identity, study_name
+from benchmark.protocol.seeds import derive_seed
+from benchmark.protocol.train import EpochCallback, StepCallback, build_fold_model, embed_samples
+from benchmark.protocol.workers import run_local_workers
+from benchmark.search.storage import is_database_url, redact_url
+
+
+class MLRCRun(ProtocolRun):
+    """One (dataset, protocol, loss, budget, seed) run of the MLRC protocol."""
+
+    LEADERBOARD_PLOTS = True
+
+    # -- step 1 ---------------------------------------------------------------------------------
+    def _validate_names(self, c: RunConfig) -> None:
+        positive = {
+            "train.batch_size": c.train.batch_size,
+            "train.iters_per_epoch": c.train.iters_per_epoch,
+            "train.max_epochs": c.train.max_epochs,
+            "train.eval_every": c.train.eval_every,
+            "train.patience": c.train.patience,
+            "search.n_trials": c.search.n_trials,
+            "test.reps": c.test.reps,
+            "model.embedding_dim": c.model.embedding_dim,
+            "data.image_size": c.data.image_size,
+        }
+        validate_common(c, positive)
+        if c.search.n_startup_trials < 0 or c.search.n_startup_trials > c.search.n_trials:
+            raise ConfigError(
+                f"search.n_startup_trials must be in [0, search.n_trials={c.search.n_trials}], "
+                f"got {c.search.n_startup_trials}."
+            )
+        if c.protocol.n_folds != 4:
+            raise ConfigError(f"protocol.n_folds must be 4 for MLRC (got {c.protocol.n_folds}).")
+
+    # -- step 2/3 -------------------------------------------------------------------------------
+    def load_data(self) -> None:
+        self.dataset: ImageDataset = load_run_dataset(self.config, cache_dir())
+        # Frozen trunk: one feature matrix for every fold, trial and rep (computed or from the cache).
+        self.features: FeatureDataset | None = None
+        self.features_path: Path | None = None
+        if self.config.model.frozen_trunk:
+            trunk_seed = derive_seed(self.request.seed, "frozen_trunk")
+            self.features, self.features_path, hit = load_or_compute_features(
+                self.dataset,
+                self.config,
+                cache_dir(),
+                trunk_seed,
+                self.device,
+                on_batch=lambda done, n: self.progress.heartbeat(f"frozen trunk: features {done}/{n} images"),
+            )
+            self.progress.message(
+                f"frozen trunk: {'cached' if hit else 'computed'} features "
+                f"{tuple(self.features.features.shape)} at {self.features_path}"
+            )
+
+    def split(self) -> None:
+        self.splits: MLRCSplit = mlrc_split(self.dataset.classes().tolist(), self.config.protocol.n_folds)
+        eval_sets = {"test": self.splits.test}
+        eval_sets.update({f"fold {i} validation": f.val for i, f in enumerate(self.splits.folds)})
+        check_queries_have_positives(self.dataset.labels, eval_sets, self.config.data.dataset)
+        data = fold_data(self.dataset if self.features is None else self.features, self.splits)
+        self.test_set, self.fold_sets = data.test, data.folds
+        jobs = self.request.jobs if self.request.jobs > 0 else default_jobs(self.device)
+        threads = 1 if jobs > 1 else torch.get_num_threads()
+        setup = WorkerSetup(self.config, self.loss_spec.name, self.augment, str(self.device), threads)
+        loader = functools.partial(load_fold_data, self.config, cache_dir(), self.features_path)
+        self.executor = FoldExecutor(setup, data, loader, jobs)
+        self.jobs = jobs
+        self.progress.parallel = jobs
+
+    # -- step 5 ---------------------------------------------------------------------------------
+    def execute(self) -> None:
+        """The search, then the test stage and the untrained row; fold workers stop on any exit."""
+        try:
+            with self.watch.time("search"):
+                self.search()
+            with self.watch.time("test"):
+                self.test_stage()
+                self.untrained()
+        except BaseException:  # Ctrl-C or an error: stop the fold workers now, then re-raise
+            self.executor.close(abort=True)
+            raise
+        self.executor.close()
+
+    def search(self) -> None:
+        """Run search trials until ``search.n_trials`` are counted (see :mod:`.search_stage`)."""
+        req = self.request
+        stage = SearchStage(
+            request=req,
+            config=self.config,
+            loss=self.loss_spec.name,
+            loss_defaults=self.loss_spec.defaults,
+            search_space=self.search_space,
+            fixed_params=self.fixed_params,
+            run_dir=self.run_dir,
+            n_folds=len(self.fold_sets),
+            progress=self.progress,
+            run_folds=self.executor.run,
+            step_status=self.step_status,
+            start_workers=lambda on_poll: run_local_workers(req, search_worker, on_poll),
+        )
+        self.search_stage = stage
+        stage.run()
+        self.study, self.storage = stage.study, stage.storage
+        if req.worker_id is None:
+            self.best, self.best_params = stage.best, stage.best_params
+
+    # -- step 6 ---------------------------------------------------------------------------------
+    def test_stage(self) -> None:
+        """Retrain with the best parameters ``test.reps`` times and evaluate on the test classes.
+
+        Journal storage: this process runs every rep; finished reps and folds are files in
+        ``runs/.../test/`` (resume keeps them). Database storage: the reps are trials of a second
+        study ``.../test`` in the same database, each claimed by one process and retried by
+        heartbeat if that process dies; a rep's result is stored in its trial, so every process
+        can build the record.
+        """
+        c, req = self.config, self.request
+        self.rep_results: list[dict[str, Any]] = []
+        n_folds = len(self.fold_sets)
+        if is_database_url(req.storage):
+            loss = self.loss_spec.name
+            self.rep_results = shared_reps(
+                self.storage,
+                study_name(req, c, loss, "test"),
+                {**study_identity(req, c, loss), "best_trial": self.best.number},
+                derive_seed(req.seed, "test_study"),
+                c.test.reps,
+                self._run_rep,
+                lambda r: self.progress.skip(n_folds),
+            )
+            return
+        for r in range(c.test.reps):
+            rep_path = self.run_dir / "test" / f"rep{r}.json"
+            if rep_path.exists():
+                self.rep_results.append(read_json(rep_path))
+                self.progress.skip(n_folds)
+                continue
+            rep = self._run_rep(r)
+            write_json_atomic(rep_path, rep)
+            kill_point(f"test.rep_saved:{r}")
+            self.rep_results.append(rep)
+
+    def _run_rep(self, r: int) -> dict[str, Any]:
+        """One test repetition: 4 fold models with the best parameters, evaluated on the test set.
+
+        Finished folds are files in ``runs/.../test/`` and are reused after an interruption.
+        """
+        c = self.config
+        n_folds = len(self.fold_sets)
+        test_dir = self.run_dir / "test"
+        embs: dict[int, np.ndarray] = {}
+        infos: dict[int, dict[str, object]] = {}
+        tasks = []
+        for f in range(n_folds):
+            emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
+            if emb_path.exists() and info_path.exists():  # finished before an interruption
+                embs[f], infos[f] = np.load(emb_path), read_json(info_path)
+                self.progress.skip(1)
+            else:
+                seed = derive_seed(self.request.seed, "test", r, f)
+                tasks.append(FoldTask(f, self.best_params, seed, embed_test=True))
+
+        def on_epoch(task: FoldTask) -> EpochCallback:
+            def cb(epoch: int, val_map: float, best: float) -> None:
+                self.progress.status(
+                    f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
+                    f"val MAP@R {val_map:.4f} (best {best:.4f})"
+                )
+
+            return cb
+
+        def on_step(task: FoldTask) -> StepCallback:
+            return self.step_status(f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds}")
+
+        for outcome in self.executor.run(tasks, on_epoch, on_step):
+            f = outcome.task.fold
+            if outcome.failure is not None:
+                raise DmlbenchError(
+                    f"Test-stage retraining diverged (rep {r}, {outcome.failure}) with the best search "
+                    f"parameters {self.best_params}."
+                )
+            assert outcome.result is not None and outcome.test_embeddings is not None
+            with atomic_write(test_dir / f"rep{r}-fold{f}.npy") as fh:
+                np.save(fh, outcome.test_embeddings)
+            write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
+            kill_point(f"test.fold_saved:{r}:{f}")
+            embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
+            self.progress.fold_finished(outcome.result.wall_s)
+            self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+        fold_embs = [embs[f] for f in range(n_folds)]
+        rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
+        sep, cat = rep["separated"]["map_at_r"], rep["concatenated"]["map_at_r"]  # type: ignore[index]
+        self.progress.status(
+            f"test rep {r + 1}/{c.test.reps}: separated MAP@R {sep:.4f}, concatenated {cat:.4f}",
+            persistent=True,
+        )
+        return rep
+
+    def _evaluate_folds(self, fold_embs: list[np.ndarray]) -> dict[str, dict[str, float]]:
+        """Separated (mean over fold models) and concatenated metrics on the test classes."""
+        return evaluate_folds(
+            fold_embs, self.test_set.labels, self.loss_spec.embedding_space, list(self.config.test.metrics)
+        )
+
+    # -- step 7 ---------------------------------------------------------------------------------
+    def untrained(self) -> None:
+        """The "Pretrained" row: fold models evaluated before any training (once)."""
+        path = self.run_dir / "untrained.json"
+        if path.exists():
+            self.untrained_result = read_json(path)
+            return
+        embs = []
+        for f in range(len(self.fold_sets)):
+            seed = derive_seed(self.request.seed, "untrained", f)
+            model = build_fold_model(self.config, self.test_set, seed)
+            embs.append(embed_samples(model.to(self.device), self.test_set, self.device))
+        self.untrained_result = self._evaluate_folds(embs)
+        write_json_atomic(path, self.untrained_result)
+
+    # -- step 8 ---------------------------------------------------------------------------------
+    def build_record(self) -> dict[str, Any]:
+        c = self.config
+        metrics = list(c.test.metrics)
+        per_rep = {
+            mode: {m: [rep[mode][m] for rep in self.rep_results] for m in metrics}
+            for mode in ("separated", "concatenated")
+        }
+        summary = {
+            mode: {m: interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics}
+            for mode in ("separated", "concatenated")
+        }
+        record: dict[str, Any] = {
+            **self.record_header(),
+            "data": {
+                "dataset_fingerprint": self.dataset.fingerprint(),
+                "n_images": len(self.dataset.labels),
+                "n_classes": len(self.dataset.classes()),
+                "split_fingerprint": self.splits.fingerprint(),
+                "n_test_classes": len(self.splits.test),
+                "n_test_images": len(self.test_set.labels),
+                "folds": [{"train": len(f.train), "val": len(f.val)} for f in self.splits.folds],
+                "never_validated": list(self.splits.never_validated),
+            },
+            "environment": environment_info(self.device),
+            "search": {
+                "sampler": c.search.sampler,
+                "n_trials": c.search.n_trials,
+                "space": {
+                    k: {"low": d.low, "high": d.high, "log": d.log} for k, d in self.search_space.items()
+                },
+                "fixed": self.fixed_params,
+                "best_trial": self.best.number,
+                "best_value": self.best.value,
+                "best_params": self.best_params,
+                "trials": self.search_stage.trial_records(),
+            },
+            "test": {
+                "reps": c.test.reps,
+                "metrics": metrics,
+                "per_rep": per_rep,
+                "summary": summary,
+                "rep_details": self.rep_results,
+            },
+            "untrained": {
+                "separated": self.untrained_result["separated"],
+                "concatenated": self.untrained_result["concatenated"],
+            },
+            "timings_s": self.watch.timings,
+            "execution": {
+                "jobs": self.jobs,
+                "device": str(self.device),
+                "torch_threads_per_job": self.executor.setup.threads,
+                "workers": self.request.workers,
+                # Where the study lives: several processes (and machines) may have run its trials.
+                "storage": "journal" if self.request.storage is None else redact_url(self.request.storage),
+                "study": study_name(self.request, c, self.loss_spec.name),
+            },
+        }
+        # Why each fold training stopped, per stage (docs/protocols.md §2.6): computed from the folds above.
+        record["convergence"] = convergence_summary(record)
+        return record
+
+
+def search_worker(request: RunRequest) -> None:
+    """What one ``--workers`` process runs (:mod:`benchmark.protocol.workers`): search trials only."""
+    run = MLRCRun(request)
+    run.resolve()
+    run.load_data()
+    run.split()
+    run.prepare_run_dir()
+    try:
+        run.search()
+    except BaseException:
+        run.executor.close(abort=True)
+        raise
+    run.executor.close()
