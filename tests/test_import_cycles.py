@@ -1,0 +1,131 @@
+"""No import cycles among the benchmark package's modules (read from the source with ``ast``).
+
+Two graphs: module-level imports (executed when a module is imported; ``if TYPE_CHECKING:``
+blocks excluded) must have no cycle at all; all imports, those inside functions included (the
+lazy imports that keep declarations torch-free), must have none through ``benchmark.protocol``,
+whose run code, search stage and worker processes once imported each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "benchmark"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = path
+    return mods
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements run at import: module body, including if/try blocks, not TYPE_CHECKING."""
+    for stmt in body:
+        if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test):
+            continue
+        if isinstance(stmt, ast.If):
+            yield from _module_level(stmt.body)
+            yield from _module_level(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            for block in (stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)):
+                yield from _module_level(block)
+        else:
+            yield stmt
+
+
+def _imported(node: ast.AST, module: str, mods: dict[str, Path]) -> set[str]:
+    """The package modules ``node`` imports (``from pkg import sub`` names the submodule)."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            package = module.split(".")
+            if mods[module].name != "__init__.py":
+                package = package[:-1]
+            package = package[: len(package) - (node.level - 1)]
+            base = ".".join(package + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+    out = set()
+    for name in names:
+        while name and name not in mods:  # a name inside a module: the module
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            out.add(name)
+    return out
+
+
+def import_graph(module_level_only: bool) -> dict[str, set[str]]:
+    """``{module: modules it imports}`` over ``benchmark/``."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = list(_module_level(tree.body)) if module_level_only else list(ast.walk(tree))
+        graph[name] = set().union(*(_imported(n, name, mods) for n in nodes)) if nodes else set()
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    # The finder itself can fail: a planted two-module cycle and a self-contained chain.
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": set(), "d": {"c"}}
+    assert cycles(graph) == [["a", "b"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_graph_sees_the_package() -> None:
+    graph = import_graph(module_level_only=True)
+    assert graph["benchmark.metrics.registry"] >= {"benchmark.metrics.retrieval", "benchmark.registry"}
+    assert graph["benchmark.protocol.dispatch"] >= {"benchmark.protocol.base", "benchmark.protocol.specs"}
+    assert "benchmark.protocol.search_stage" in graph["benchmark.protocol.mlrc_run"]
+
+
+def test_no_module_level_import_cycles() -> None:
+    assert cycles(import_graph(module_level_only=True)) == []
+
+
+def test_no_import_cycles_through_the_protocols() -> None:
+    through = [c for c in cycles(import_graph(module_level_only=False)) if any(".protocol." in m for m in c)]
+    assert through == []

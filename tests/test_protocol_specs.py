@@ -1,0 +1,126 @@
+"""Each protocol is one place: its TOML file and its module declare it (budget overrides, settings
+only it reads, its run class); budgets.py and config.py name no protocol."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benchmark.budgets import BUDGETS
+from benchmark.errors import UnknownNameError
+from benchmark.protocol.specs import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A protocol from outside the package: its module (declaration and a run class) and its TOML file,
+# announced by an installed distribution's entry point (dmlbench.protocols).
+_MODULE = '''
+from benchmark.protocol.base import ProtocolRun
+from benchmark.protocol.specs import ProtocolSpec
+
+
+class ToyRun(ProtocolRun):
+    """A protocol whose steps are never run here: the registry only has to find it."""
+
+
+PROTOCOL = ProtocolSpec(
+    "toy",
+    ToyRun,
+    budget_overrides={"smoke": {"test.reps": 3, "train.max_epochs": 1}},
+)
+'''
+_TOML = """
+[protocol]
+name = "toy"
+description = "a protocol declared outside the package"
+n_folds = 1
+"""
+_CHECK = """
+import json, sys
+import benchmark.config as config
+from pathlib import Path
+config.PROTOCOLS_DIR = Path(sys.argv[1])
+from benchmark.budgets import BUDGETS
+from benchmark.protocol.dispatch import runner_for
+from benchmark.protocol.request import RunRequest, request_layers
+from benchmark.protocol.specs import budget_overrides, protocol_specs
+_, smoke, _ = request_layers(RunRequest(loss="contrastive", protocol="toyfile", budget="smoke"))
+print(json.dumps({
+    "kinds": [s.name for s in protocol_specs()],
+    "smoke": dict(smoke),
+    "mini": dict(budget_overrides("mini", "toy")) == dict(BUDGETS.get("mini").overrides),
+    "runner": runner_for("toyfile").__name__,
+    "runner_module": runner_for("toyfile").__module__,
+}))
+"""
+
+
+def test_a_protocol_from_its_module_and_toml_file_alone(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "toy_protocol.py").write_text(_MODULE, encoding="utf-8")
+    dist = site / "toy_protocol-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: toy-protocol\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[dmlbench.protocols]\ntoy = toy_protocol:PROTOCOL\n", encoding="utf-8"
+    )
+    protocols = tmp_path / "protocols"
+    protocols.mkdir()
+    (protocols / "toyfile.toml").write_text(textwrap.dedent(_TOML), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK, str(protocols)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["kinds"] == ["toy"]  # the only protocol file in that folder
+    # Its own smoke overrides (not the budget's MLRC ones), the budget's own for a budget it leaves out.
+    assert out["smoke"] == {"test.reps": 3, "train.max_epochs": 1}
+    assert out["mini"] is True
+    assert (out["runner"], out["runner_module"]) == ("ToyRun", "toy_protocol")
+
+
+def test_builtin_protocols_declare_their_own_settings() -> None:
+    kinds = [s.name for s in protocol_specs()]
+    assert kinds == ["cbir", "mlrc", "traditional"]
+    assert protocol_only_keys() == {
+        "protocol.query_fraction": "cbir",
+        "protocol.split_seed": "cbir",
+        "protocol.train_classes": "traditional",
+    }
+    smoke = BUDGETS.get("smoke").overrides
+    assert budget_overrides("smoke", "mlrc") is smoke
+    for kind in ("traditional", "cbir"):
+        own = budget_overrides("smoke", kind)
+        assert own is not smoke and not any(k.startswith("search.") for k in own)
+    assert budget_overrides("paper", "cbir") == {}
+
+
+def _string_constants(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_budgets_and_config_name_no_protocol() -> None:
+    # "mlrc" stays the default kind of a protocol file without [protocol] name (config.protocol_kind).
+    others = {s.name for s in protocol_specs()} - {"mlrc"}
+    for module in ("budgets.py", "config.py"):
+        named = _string_constants(ROOT / "benchmark" / module) & others
+        assert named == set(), f"benchmark/{module} names protocol(s) {sorted(named)}"
+
+
+def test_an_unknown_protocol_kind_names_every_known_one() -> None:
+    with pytest.raises(UnknownNameError, match="Unknown protocol kind 'nosuch'") as info:
+        protocol_spec("nosuch")
+    choices = str(info.value).split("Valid choices:")[1]
+    assert {"mlrc", "traditional", "cbir"} <= {c.strip(" .") for c in choices.split(",")}
