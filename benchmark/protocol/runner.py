@@ -664,6 +664,8 @@ class MLRCRun:
         c, req = self.config, self.request
         return {
             "schema": RECORD_SCHEMA,
+            # The protocol kind (benchmark.records.KINDS): which layout a reader checks the record against.
+            "kind": c.protocol.name,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "protocol": req.protocol,
             "dataset": c.data.dataset,
