@@ -15,7 +15,7 @@ from test_report_tables import MLRC, _args, make_record, write
 from benchmark.cli import report_cmd
 from benchmark.errors import DmlbenchError
 from benchmark.metrics import METRICS
-from benchmark.records import RecordError
+from benchmark.records import RecordError, RunRecord
 from benchmark.report.tables import write_tables
 
 BASE = {"map_at_r": 0.3, "precision_at_1": 0.6, "r_precision": 0.4, "nmi": 0.5}
@@ -159,3 +159,23 @@ def test_report_and_compare_share_the_chosen_records(tmp_path: Path) -> None:
     assert row.cells[("separated", "map_at_r")][0] == pytest.approx(0.20)
     (comps,) = compare_leaderboard(lb, ["b"], None, "map_at_r").values()
     assert [c.mean for c in comps if c.mode == "separated"] == [pytest.approx(0.20)]
+
+
+def test_refresh_reads_the_records_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmark.report import leaderboard
+    from benchmark.report.tables import refresh
+
+    root = write(tmp_path, [make_record("a", "A", BASE, "1"), make_record("b", "B", BASE, "2")])
+    reads: list[Path] = []
+    real = leaderboard.load_record_files
+
+    def counting(folder: Path) -> list[RunRecord]:
+        reads.append(folder)
+        return real(folder)
+
+    monkeypatch.setattr(leaderboard, "load_record_files", counting)
+    paths = refresh(root, "glyphs", "mlrc", plots=True)
+    folder = root / "glyphs" / "mlrc"
+    assert paths[:4] == [folder / f"leaderboard.{fmt}" for fmt in FORMATS]
+    assert folder / "plots" / "metrics-mini.png" in paths and paths[-1] == folder / "plots" / "README.md"
+    assert reads == [folder / "records"]

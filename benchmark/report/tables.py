@@ -47,12 +47,26 @@ LEADERBOARD_SCHEMA = "dmlbench.leaderboard/1"
 Records = list[RunRecord]
 ByBudget = Mapping[str, Sequence[RecordLike]]
 
+#: Its own names, and those it re-exports for callers of the former API (cli, api).
 __all__ = [
     "FORMATS",
+    "LEADERBOARD_SCHEMA",
+    "ByBudget",
+    "Records",
     "available_runs",
+    "json_data",
+    "json_text",
     "latest_per_loss",
+    "latex_escape",
+    "latex_text",
+    "leaderboard_data",
     "mode_titles",
     "record_metrics",
+    "refresh",
+    "render",
+    "render_json",
+    "render_latex",
+    "render_leaderboard",
     "resolve_metrics",
     "select_records",
     "write_tables",
@@ -254,19 +268,36 @@ def render_leaderboard(fmt: str, lb: Leaderboard) -> str:
     return _RENDERERS[fmt](lb)
 
 
-def write_tables(results_dir: Path, dataset: str, protocol: str) -> list[Path]:
+def write_tables(
+    results_dir: Path, dataset: str, protocol: str, *, leaderboard: Leaderboard | None = None
+) -> list[Path]:
     """Regenerate ``leaderboard.{md,csv,tex,json}`` from every record; return their paths.
 
-    One leaderboard renders all four, and all four are rendered before the first is written. Records
-    that share no metric give four tables without metric columns and a note (never two files
-    refreshed and two stale).
+    One leaderboard (``leaderboard``, else read from the records) renders all four, and all four
+    are rendered before the first is written. Records that share no metric give four tables
+    without metric columns and a note (never two files refreshed and two stale).
     """
-    lb = load_leaderboard(results_dir, dataset, protocol, require_metric=False)
+    lb = leaderboard or load_leaderboard(results_dir, dataset, protocol, require_metric=False)
     folder = results_dir / dataset / protocol
     texts = {folder / f"leaderboard.{fmt}": render_leaderboard(fmt, lb) for fmt in FORMATS}
     for path, text in texts.items():
         write_text_atomic(path, text)
     return list(texts)
+
+
+def refresh(results_dir: Path, dataset: str, protocol: str, *, plots: bool = True) -> list[Path]:
+    """After a run: read the records once, write the four tables, then (``plots``) the plots.
+
+    Returns the table paths, then the plot files (PNG, PDF, README). The command that ran the
+    protocol calls this (or :func:`write_tables` alone).
+    """
+    lb = load_leaderboard(results_dir, dataset, protocol, require_metric=False)
+    paths = write_tables(results_dir, dataset, protocol, leaderboard=lb)
+    if plots:
+        from benchmark.report.plots import write_plots  # matplotlib only when plotting
+
+        paths += write_plots(results_dir, dataset, protocol, leaderboard=lb)
+    return paths
 
 
 # -- the former entry points (records grouped by budget + metrics) -------------------------------
