@@ -328,16 +328,13 @@ class Leaderboard:
     metrics: tuple[str, ...]
     #: One section per budget, sorted by budget name.
     sections: tuple[Section, ...]
+    #: Notes about the whole table (e.g. that the records share no metric).
+    notes: tuple[str, ...] = ()
 
     @property
     def by_budget(self) -> dict[str, list[RunRecord]]:
         """Every record, grouped by budget."""
         return {s.budget: list(s.records) for s in self.sections}
-
-    @property
-    def notes(self) -> list[str]:
-        """Notes about the whole table (e.g. that the records share no metric)."""
-        return [NO_SHARED_METRIC] if not self.metrics else []
 
 
 def build_leaderboard(
@@ -346,7 +343,8 @@ def build_leaderboard(
     by_budget: Mapping[str, Sequence[RecordLike]],
     metrics: Sequence[str] | None = None,
 ) -> Leaderboard:
-    """The leaderboard of records grouped by budget; ``metrics`` None: :func:`shared_metrics`."""
+    """The leaderboard of records grouped by budget; ``metrics`` None: :func:`shared_metrics`
+    (when the records share none, the leaderboard has no metric column and says why)."""
     typed = {b: sorted(map(as_record, rs), key=lambda r: (r.created, r.loss)) for b, rs in by_budget.items()}
     every = [r for rs in typed.values() for r in rs]
     columns = tuple(shared_metrics(every) if metrics is None else metrics)
@@ -366,7 +364,8 @@ def build_leaderboard(
                 tuple(shared_metrics(chosen)),
             )
         )
-    return Leaderboard(dataset, protocol, modes, columns, tuple(sections))
+    notes = (NO_SHARED_METRIC,) if metrics is None and every and not columns else ()
+    return Leaderboard(dataset, protocol, modes, columns, tuple(sections), notes)
 
 
 def load_leaderboard(
@@ -385,10 +384,7 @@ def load_leaderboard(
     metric columns (the files a finished run refreshes: all formats are written alike).
     """
     by_budget = select_records(results_dir, dataset, protocol, budget)
-    if metrics or require_metric:
-        columns = resolve_metrics(by_budget, metrics)
-    else:
-        columns = shared_metrics([r for rs in by_budget.values() for r in rs])
+    columns = resolve_metrics(by_budget, metrics) if metrics or require_metric else None
     return build_leaderboard(dataset, protocol, by_budget, columns)
 
 

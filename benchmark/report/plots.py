@@ -49,7 +49,6 @@ from benchmark.report.leaderboard import (
     load_records,
     mode_titles,
     record_modes,
-    shared_metrics,
 )
 
 MIN_IMPORTANCE_TRIALS = 5
@@ -453,7 +452,7 @@ def write_plots(
         if not records:
             log(f"plots: no records for {dataset}/{protocol} under {results_dir}; nothing plotted.")
             return []
-        leaderboard = build_leaderboard(dataset, protocol, group_by_budget(records), shared_metrics(records))
+        leaderboard = build_leaderboard(dataset, protocol, group_by_budget(records))
     folder = results_dir / dataset / protocol / "plots"
     folder.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
