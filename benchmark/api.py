@@ -116,16 +116,16 @@ def refresh_leaderboard(
     leaderboard has them (``plots``), the plots (their PNG files are listed).
     """
     from benchmark.faults import kill_point
-    from benchmark.report.tables import write_tables
+    from benchmark.report.tables import refresh
 
-    paths = write_tables(results_dir, dataset, protocol)
-    kill_point("report.tables")
-    if plots:
-        from benchmark.report.plots import write_plots
+    def after_tables() -> None:
+        kill_point("report.tables")
+        if plots:
+            progress.message("refreshing plots ...")
 
-        progress.message("refreshing plots ...")
-        paths += [p for p in write_plots(results_dir, dataset, protocol) if p.suffix == ".png"]
-    return paths
+    # The records are read once for the tables and the plots; of the plot files the PNGs are listed.
+    paths = refresh(results_dir, dataset, protocol, plots=plots, after_tables=after_tables)
+    return [p for p in paths if p.parent.name != "plots" or p.suffix == ".png"]
 
 
 def report(

@@ -9,8 +9,8 @@ from typing import Any
 
 from benchmark.cli.report_cmd import resolve_dataset, split_names
 from benchmark.errors import DmlbenchError
-from benchmark.report.compare import DEFAULT_ALPHA, FORMATS, compare_tables, render
-from benchmark.report.tables import select_records
+from benchmark.report.compare import DEFAULT_ALPHA, FORMATS, compare_leaderboard, render
+from benchmark.report.leaderboard import load_leaderboard
 
 
 def add_parser(sub: Any) -> None:
@@ -41,10 +41,12 @@ def add_parser(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
-    by_budget = select_records(args.results_dir, dataset, args.protocol, args.budget)
+    # The same leaderboard object `report` renders: same records, same newest record per loss.
+    lb = load_leaderboard(args.results_dir, dataset, args.protocol, budget=args.budget, require_metric=False)
+    by_budget = lb.by_budget
     references = split_names(args.reference) or []
-    tables = compare_tables(
-        by_budget, references, split_names(args.losses), args.metric, use_holm=args.holm, alpha=args.alpha
+    tables = compare_leaderboard(
+        lb, references, split_names(args.losses), args.metric, use_holm=args.holm, alpha=args.alpha
     )
     for budget in sorted(set(by_budget) - set(tables)):
         print(f"compare: budget {budget!r} left out (it lacks a needed loss).", file=sys.stderr)

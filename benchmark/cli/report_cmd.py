@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import DmlbenchError
-from benchmark.report.tables import FORMATS, available_runs, render, resolve_metrics, select_records
+from benchmark.report.leaderboard import available_runs, load_leaderboard
+from benchmark.report.tables import FORMATS, render_leaderboard
 
 
 def add_parser(sub: Any) -> None:
@@ -66,19 +67,25 @@ def resolve_dataset(results_dir: Path, dataset: str | None, protocol: str) -> st
 
 def handle(args: argparse.Namespace) -> int:
     dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
-    by_budget = select_records(args.results_dir, dataset, args.protocol, args.budget)
-    metrics = resolve_metrics(by_budget, split_names(args.metrics))
+    # One leaderboard object: the table, the published section and the plots all render it.
+    lb = load_leaderboard(
+        args.results_dir, dataset, args.protocol, budget=args.budget, metrics=split_names(args.metrics)
+    )
     published = getattr(args, "published", False)  # Namespaces built by tests may lack it
     if published and args.format != "md":
         raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
-    sys.stdout.write(render(args.format, dataset, args.protocol, by_budget, metrics))
+    sys.stdout.write(render_leaderboard(args.format, lb))
     if published:
         from benchmark.report.published import published_section
 
-        sys.stdout.write(published_section(args.results_dir, dataset, args.protocol, by_budget, metrics))
+        sys.stdout.write(
+            published_section(args.results_dir, dataset, args.protocol, lb.by_budget, lb.metrics)
+        )
     if args.plots:
         from benchmark.report.plots import write_plots  # matplotlib only when plotting
 
-        for path in write_plots(args.results_dir, dataset, args.protocol):
+        # The plots cover every budget: with --budget the table shows one, so they read them all.
+        every = lb if args.budget is None else None
+        for path in write_plots(args.results_dir, dataset, args.protocol, leaderboard=every):
             print(f"plot: {path}", file=sys.stderr)
     return 0

@@ -188,6 +188,8 @@ class ProtocolRun:
         c, req = self.config, self.request
         return {
             "schema": RECORD_SCHEMA,
+            # The protocol kind (benchmark.records.KINDS): which layout a reader checks the record against.
+            "kind": c.protocol.name,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "protocol": req.protocol,
             "dataset": c.data.dataset,

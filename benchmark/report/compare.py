@@ -14,14 +14,15 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.metrics import METRICS
-from benchmark.report.leaderboard import MODES, record_modes
-from benchmark.report.tables import Records, latest_per_loss, latex_escape
+from benchmark.records import RunRecord, latest_per_loss
+from benchmark.report.leaderboard import MODES, Leaderboard, RecordLike, record_modes
+from benchmark.report.tables import latex_escape
 from benchmark.stats.intervals import holm, welch_t_test
 
 FORMATS = ("md", "csv", "json", "tex")
@@ -116,25 +117,19 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if len(values) else math.nan
 
 
-def _per_rep(record: dict[str, Any], mode: str, metric: str) -> list[float]:
-    try:
-        return [float(v) for v in record["test"]["per_rep"][mode][metric]]
-    except KeyError:
-        have = ", ".join(record.get("test", {}).get("metrics", [])) or "(none)"
+def _per_rep(record: RunRecord, mode: str, metric: str) -> list[float]:
+    values = record.test.per_rep.get(mode, {}).get(metric)
+    if values is None:
+        have = ", ".join(record.test.metrics) or "(none)"
         raise DmlbenchError(
-            f"The record of {record['loss']!r} has no per-rep {mode} values for {metric!r}; it has: {have}."
-        ) from None
-
-
-def _has_mode(record: dict[str, Any], mode: str) -> bool:
-    """Whether a record evaluates ``mode`` (MLRC records have both of theirs; others list theirs)."""
-    modes = record.get("test", {}).get("modes")
-    return True if modes is None else mode in modes
+            f"The record of {record.loss!r} has no per-rep {mode} values for {metric!r}; it has: {have}."
+        )
+    return list(values)
 
 
 def compare_budget(
     budget: str,
-    records: Records,
+    records: Sequence[RecordLike],
     references: Sequence[str],
     losses: Sequence[str] | None,
     metric: str,
@@ -148,7 +143,7 @@ def compare_budget(
     loss without a record raises :class:`DmlbenchError` listing the losses that have one.
     """
     spec = METRICS.get(metric)
-    by_loss = {r["loss"]: r for r in latest_per_loss(records)}
+    by_loss = {r.loss: r for r in latest_per_loss(records)}
     wanted = list(losses) if losses else [name for name in by_loss if name not in references]
     missing = [name for name in [*references, *wanted] if name not in by_loss]
     if missing:
@@ -168,7 +163,7 @@ def compare_budget(
             if ref == name:
                 continue
             for mode, _ in modes:
-                if not all(_has_mode(by_loss[x], mode) for x in (name, ref)):
+                if not all(by_loss[x].test.has_mode(mode) for x in (name, ref)):
                     continue  # e.g. cbir's two-stage mode of a loss without class anchors
                 a = _per_rep(by_loss[name], mode, metric)
                 b = _per_rep(by_loss[ref], mode, metric)
@@ -179,9 +174,9 @@ def compare_budget(
                         metric=metric,
                         mode=mode,
                         loss=name,
-                        loss_name=str(by_loss[name].get("loss_display_name", name)),
+                        loss_name=by_loss[name].loss_display_name,
                         reference=ref,
-                        reference_name=str(by_loss[ref].get("loss_display_name", ref)),
+                        reference_name=by_loss[ref].loss_display_name,
                         n=len(a),
                         reference_n=len(b),
                         mean=_mean(a),
@@ -199,8 +194,22 @@ def compare_budget(
     return out
 
 
+def compare_leaderboard(
+    lb: Leaderboard,
+    references: Sequence[str],
+    losses: Sequence[str] | None,
+    metric: str,
+    *,
+    use_holm: bool = False,
+    alpha: float = DEFAULT_ALPHA,
+) -> dict[str, list[Comparison]]:
+    """:func:`compare_tables` over a leaderboard's budgets (the newest record per loss it chose)."""
+    by_budget = {s.budget: list(s.chosen) for s in lb.sections}
+    return compare_tables(by_budget, references, losses, metric, use_holm=use_holm, alpha=alpha)
+
+
 def compare_tables(
-    by_budget: dict[str, Records],
+    by_budget: Mapping[str, Sequence[RecordLike]],
     references: Sequence[str],
     losses: Sequence[str] | None,
     metric: str,

@@ -1,8 +1,21 @@
-"""Leaderboards derived from run records only (docs/protocols.md §6): never typed by hand.
+"""The leaderboard model, derived from run records only (docs/protocols.md §6): never typed by hand.
+
+One :class:`Leaderboard` object is built per dataset/protocol: the records are read (and
+validated, :mod:`benchmark.records`) once, grouped by budget, the newest record per loss chosen
+once (:func:`latest_per_loss`), the metric columns resolved once (:func:`shared_metrics`), and the
+rows, best means and footers computed once. Every output renders that object: Markdown and CSV
+here, LaTeX and JSON in :mod:`benchmark.report.tables`, plots in :mod:`benchmark.report.plots`,
+the published-value join in :mod:`benchmark.report.published`; ``dmlbench compare`` tests the same
+chosen records.
 
 One section per budget (numbers from different budgets are not comparable); rows are losses plus
-the untrained row; columns are separated/concatenated × metrics as mean ± 95% CI half-width in %;
-the best mean per column is bold; the footer states reps, deviations from the paper and provenance.
+the untrained row; columns are modes × metrics as mean ± 95% CI half-width in %; the best mean
+per column is bold; the footer states reps, deviations from the paper and provenance.
+
+Metric columns (one rule for every format): the metrics every record holds, MLRC's first in
+their usual order, then the others in the oldest record's order. When the records share none
+(e.g. two budgets with different metrics), the files still get written, all with no metric
+column and a note saying so; ``dmlbench report --budget`` shows one budget's metrics.
 
 Protocols other than MLRC (``traditional``, ``cbir``) name their own evaluation modes in the
 record (``test.modes`` with ``test.mode_labels``); their tables have one column group per mode, a
@@ -20,53 +33,160 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.io import write_text_atomic
-from benchmark.metrics import METRICS
-from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE, convergence_summary
+from benchmark.metrics import METRICS, MLRC_METRICS
+from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE
+from benchmark.records import (
+    MLRC_MODES,
+    Interval,
+    PluginSource,
+    RunRecord,
+    as_record,
+    latest_per_loss,
+    nan_if_none,
+    parse_plugins,
+)
+from benchmark.records import load_records as load_record_files
 
-MODES = (("separated", "Sep."), ("concatenated", "Concat."))
+MODES = MLRC_MODES
 UNTRAINED = "untrained"
 Modes = Sequence[tuple[str, str]]
+#: A typed record or a plain record document (parsed on the way in; for scripts and tests).
+RecordLike = RunRecord | Mapping[str, Any]
+#: How an exempt budget's section is labelled.
+EXEMPT_NOTE = "exempt from the convergence rule: checks the machinery, not the ranking (protocols.md §2.6)"
+#: The note of a leaderboard whose records share no metric.
+NO_SHARED_METRIC = (
+    "The records share no test metric (their budgets measure different ones), so no metric column "
+    "is shown; `dmlbench report --budget <budget>` shows one budget's metrics."
+)
 
 
-def record_modes(records: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """The (mode, label) column groups of ``records``: MLRC's unless the records name their own."""
-    named = [r for r in records if "modes" in r.get("test", {})]
-    if not named:
-        return MODES
+# -- reading and choosing records -------------------------------------------------------------
+
+
+def load_records(results_dir: Path, dataset: str, protocol: str) -> list[RunRecord]:
+    """Every run record of a dataset/protocol, validated, oldest first."""
+    return load_record_files(results_dir / dataset / protocol / "records")
+
+
+def available_runs(results_dir: Path) -> list[str]:
+    """``dataset/protocol`` pairs that have at least one record under ``results_dir``."""
+    if not results_dir.is_dir():
+        return []
+    return sorted(
+        f"{folder.parent.parent.name}/{folder.parent.name}"
+        for folder in results_dir.glob("*/*/records")
+        if folder.is_dir() and any(folder.glob("*.json"))
+    )
+
+
+def select_records(
+    results_dir: Path, dataset: str, protocol: str, budget: str | None = None
+) -> dict[str, list[RunRecord]]:
+    """The records of a dataset/protocol grouped by budget (only ``budget`` when given).
+
+    Raises :class:`DmlbenchError` naming the dataset/protocol pairs (or budgets) that do have
+    records when the requested ones have none.
+    """
+    records = load_records(results_dir, dataset, protocol)
+    if not records:
+        runs = available_runs(results_dir)
+        where = results_dir / dataset / protocol / "records"
+        have = (
+            "Records exist for: " + ", ".join(runs) + "."
+            if runs
+            else f"There are no records under {results_dir} at all; `dmlbench run` writes them."
+        )
+        raise DmlbenchError(
+            f"No run records for dataset {dataset!r}, protocol {protocol!r} ({where}). {have}"
+        )
+    by_budget = group_by_budget(records)
+    if budget is not None:
+        if budget not in by_budget:
+            raise DmlbenchError(
+                f"No {dataset}/{protocol} records with budget {budget!r}; "
+                f"budgets with records: {', '.join(sorted(by_budget))}."
+            )
+        return {budget: by_budget[budget]}
+    return by_budget
+
+
+def group_by_budget(records: Sequence[RecordLike]) -> dict[str, list[RunRecord]]:
+    """Records grouped by budget (in first-seen order), each group in the given order."""
+    by_budget: dict[str, list[RunRecord]] = {}
+    for r in map(as_record, records):
+        by_budget.setdefault(r.budget, []).append(r)
+    return by_budget
+
+
+def record_modes(records: Sequence[RecordLike]) -> tuple[tuple[str, str], ...]:
+    """The (mode, label) column groups of ``records``: every record's modes, first-seen order."""
     out: dict[str, str] = {}
-    for r in named:
-        labels = r["test"].get("mode_labels", {})
-        for mode in r["test"]["modes"]:
-            out.setdefault(mode, str(labels.get(mode, mode)))
-    return tuple(out.items())
+    for r in map(as_record, records):
+        for mode, label in r.test.modes:
+            out.setdefault(mode, label)
+    return tuple(out.items()) if out else MODES
 
 
-def load_records(results_dir: Path, dataset: str, protocol: str) -> list[dict[str, Any]]:
-    """Every run record of a dataset/protocol, oldest first."""
-    folder = results_dir / dataset / protocol / "records"
-    records = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            with path.open(encoding="utf-8") as fh:
-                record = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            # One damaged file (e.g. truncated by a full disk) must not hide every other result.
-            print(f"dmlbench: warning: skipping unreadable record {path}: {exc}", file=sys.stderr)
-            continue
-        if not isinstance(record, dict):
-            print(f"dmlbench: warning: skipping {path}: not a run record (a JSON object)", file=sys.stderr)
-            continue
-        records.append(record)
-    return sorted(records, key=lambda r: (r.get("created", ""), r.get("loss", "")))
+def record_metrics(record: RecordLike) -> list[str]:
+    """The test metrics a record holds per-rep values and summaries for."""
+    return list(as_record(record).test.metrics)
+
+
+def shared_metrics(records: Sequence[RecordLike]) -> list[str]:
+    """The default metric columns: registered metrics every record holds, MLRC's first (in their
+    usual order), then the others in the oldest record's order. Empty when they share none."""
+    typed = sorted(map(as_record, records), key=lambda r: (r.created, r.loss))
+    if not typed:
+        return []
+    common = [m for m in typed[0].test.metrics if m in METRICS]
+    for r in typed[1:]:
+        common = [m for m in common if m in r.test.metrics]
+    return [m for m in MLRC_METRICS if m in common] + [m for m in common if m not in MLRC_METRICS]
+
+
+def resolve_metrics(
+    by_budget: Mapping[str, Sequence[RecordLike]], requested: Sequence[str] | None = None
+) -> list[str]:
+    """The metric columns: ``requested`` (validated) or :func:`shared_metrics` of all records.
+
+    A requested name must be registered (else :class:`UnknownNameError`) and present in every
+    selected record (else :class:`DmlbenchError` naming the metrics they have); without a request,
+    records that share no metric are an error asking for one ``--budget``.
+    """
+    records = [r for rs in by_budget.values() for r in rs]
+    if not requested:
+        ordered = shared_metrics(records)
+        if not ordered:
+            raise DmlbenchError("The selected records share no test metric; select one --budget.")
+        return ordered
+    typed = sorted(map(as_record, records), key=lambda r: (r.created, r.loss))
+    common = list(typed[0].test.metrics) if typed else []
+    for r in typed[1:]:
+        common = [m for m in common if m in r.test.metrics]
+    out: list[str] = []
+    for m in requested:
+        if m not in METRICS:
+            raise UnknownNameError("metric", m, METRICS.names())
+        if m not in common:
+            raise DmlbenchError(
+                f"Metric {m!r} is not in every selected record; the records have: "
+                f"{', '.join(common) or '(no common metric)'}."
+            )
+        if m not in out:
+            out.append(m)
+    return out
+
+
+# -- the model --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -81,7 +201,7 @@ class Row:
     commit: str
     #: :func:`~benchmark.protocol.convergence.convergence_summary` of the loss's record; None for
     #: the untrained row.
-    convergence: dict[str, Any] | None = None
+    convergence: Mapping[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -91,70 +211,184 @@ class Row:
         return self.name
 
 
-def _latest_per_loss(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    latest: dict[str, dict[str, Any]] = {}
-    for r in records:  # oldest first, so later records replace earlier ones
-        latest[r["loss"]] = r
-    return sorted(latest.values(), key=lambda r: r["loss"])
+_MISSING = Interval(None, None)
 
 
-def build_rows(records: Sequence[dict[str, Any]], metrics: Sequence[str], modes: Modes = MODES) -> list[Row]:
+def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Modes = MODES) -> list[Row]:
     """Rows of one budget: the untrained model (from the newest record) then one row per loss.
 
     A (mode, metric) a record does not hold is (NaN, NaN).
     """
-    chosen = _latest_per_loss(records)
+    chosen = latest_per_loss(records)
     if not chosen:
         return []
-    newest = max(chosen, key=lambda r: r.get("created", ""))
-    untrained = newest.get("untrained", {})
+    newest = max(chosen, key=lambda r: r.created)
     rows = [
         Row(
             "Untrained (init trunk + random embedder)",
             UNTRAINED,
-            newest["seed"],
+            newest.seed,
             1,
             {
-                (mode, m): (_nan(untrained.get(mode, {}).get(m)), math.nan)
+                (mode, m): (nan_if_none(newest.untrained.get(mode, {}).get(m)), math.nan)
                 for mode, _ in modes
                 for m in metrics
             },
-            _commit(newest),
+            newest.commit,
         )
     ]
-    missing = {"mean": None, "half_width": None}
     for r in chosen:
-        summary = r["test"]["summary"]
-        cells = {
-            (mode, m): (
-                _nan(summary.get(mode, {}).get(m, missing)["mean"]),
-                _nan(summary.get(mode, {}).get(m, missing)["half_width"]),
-            )
-            for mode, _ in modes
-            for m in metrics
-        }
-        rows.append(
-            Row(
-                r["loss_display_name"],
-                r["loss"],
-                r["seed"],
-                r["test"]["reps"],
-                cells,
-                _commit(r),
-                convergence_summary(r),
-            )
-        )
+        cells = {}
+        for mode, _ in modes:
+            for m in metrics:
+                cell = r.test.summary.get(mode, {}).get(m, _MISSING)
+                cells[(mode, m)] = (nan_if_none(cell.mean), nan_if_none(cell.half_width))
+        rows.append(Row(r.loss_display_name, r.loss, r.seed, r.test.reps, cells, r.commit, r.convergence))
     return rows
 
 
-def _nan(x: float | None) -> float:
-    return math.nan if x is None else float(x)
+def best_means(
+    rows: Sequence[Row], metrics: Sequence[str], modes: Modes = MODES
+) -> dict[tuple[str, str], float]:
+    """Best mean per (mode, metric) column over the trained rows, by the metric's direction."""
+    best: dict[tuple[str, str], float] = {}
+    for mode, _ in modes:
+        for m in metrics:
+            sign = 1.0 if METRICS.get(m).higher_is_better else -1.0
+            values = [
+                r.cells[(mode, m)][0]
+                for r in rows
+                if r.loss != UNTRAINED and not math.isnan(r.cells[(mode, m)][0])
+            ]
+            best[(mode, m)] = max(values, key=lambda v: sign * v) if values else math.nan
+    return best
 
 
-def _commit(record: dict[str, Any]) -> str:
-    git = record.get("environment", {}).get("git", {})
-    sha = str(git.get("commit", "unknown"))[:10]
-    return sha + ("+dirty" if git.get("dirty") else "")
+@dataclass(frozen=True)
+class Section:
+    """One budget of a leaderboard: its records, the newest per loss, rows and best means."""
+
+    budget: str
+    #: Every record of the budget, oldest first.
+    records: tuple[RunRecord, ...]
+    #: The newest record per loss, by loss name (what the rows, footers, plots and tests use).
+    chosen: tuple[RunRecord, ...]
+    rows: tuple[Row, ...]
+    best: Mapping[tuple[str, str], float]
+    #: The metrics this budget's chosen records share (same ordering rule; the plots' panels).
+    metrics: tuple[str, ...]
+
+    @property
+    def exempt(self) -> bool:
+        """Whether the budget is exempt from the convergence rule."""
+        return self.budget in EXEMPT_BUDGETS
+
+    def is_best(self, row: Row, mode: str, metric: str) -> bool:
+        """Whether ``row``'s cell is the column's best mean (never the untrained row)."""
+        return row.loss != UNTRAINED and row.cells[(mode, metric)][0] == self.best[(mode, metric)]
+
+    def search_trials(self) -> dict[str, tuple[int, int]]:
+        """Per loss: (complete search trials, planned trials); losses without a search left out."""
+        return {r.loss: (r.search.complete, r.search.n_trials) for r in self.chosen if r.search is not None}
+
+    def deviations(self) -> list[tuple[str, Any, Any]]:
+        """(key, paper, value) of the deviations from the paper protocol, one per key, by key."""
+        devs = {d.key: (d.key, d.paper, d.value) for r in self.chosen for d in r.deviations}
+        return [devs[k] for k in sorted(devs)]
+
+    def titles(self, modes: Modes) -> dict[str, str]:
+        """Long column-group titles with the embedding sizes, e.g. ``"Separated (128-d)"``."""
+        return mode_titles(self.chosen, modes)
+
+
+def mode_titles(records: Sequence[RecordLike], modes: Modes | None = None) -> dict[str, str]:
+    """Long column-group titles with the embedding sizes, e.g. ``"Separated (128-d)"``; for a
+    protocol with its own modes, their labels."""
+    typed = [as_record(r) for r in records]
+    modes = record_modes(typed) if modes is None else tuple(modes)
+    if tuple(modes) != MODES:
+        return dict(modes)
+    titles = {"separated": "Separated", "concatenated": "Concatenated"}
+    if typed:
+        newest = max(typed, key=lambda r: r.created)
+        dim, folds = newest.embedding_dim, newest.n_folds
+        if dim is not None and folds is not None:
+            titles = {"separated": f"Separated ({dim}-d)", "concatenated": f"Concatenated ({dim * folds}-d)"}
+    return titles
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """The leaderboard of one dataset/protocol: every output format renders this object."""
+
+    dataset: str
+    protocol: str
+    modes: tuple[tuple[str, str], ...]
+    #: The metric columns of every table (empty: the records share none, see the module doc).
+    metrics: tuple[str, ...]
+    #: One section per budget, sorted by budget name.
+    sections: tuple[Section, ...]
+    #: Notes about the whole table (e.g. that the records share no metric).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def by_budget(self) -> dict[str, list[RunRecord]]:
+        """Every record, grouped by budget."""
+        return {s.budget: list(s.records) for s in self.sections}
+
+
+def build_leaderboard(
+    dataset: str,
+    protocol: str,
+    by_budget: Mapping[str, Sequence[RecordLike]],
+    metrics: Sequence[str] | None = None,
+) -> Leaderboard:
+    """The leaderboard of records grouped by budget; ``metrics`` None: :func:`shared_metrics`
+    (when the records share none, the leaderboard has no metric column and says why)."""
+    typed = {b: sorted(map(as_record, rs), key=lambda r: (r.created, r.loss)) for b, rs in by_budget.items()}
+    every = [r for rs in typed.values() for r in rs]
+    columns = tuple(shared_metrics(every) if metrics is None else metrics)
+    modes = record_modes(every)
+    sections = []
+    for budget in sorted(typed):
+        records = typed[budget]
+        chosen = latest_per_loss(records)
+        rows = build_rows(chosen, columns, modes)
+        sections.append(
+            Section(
+                budget,
+                tuple(records),
+                tuple(chosen),
+                tuple(rows),
+                best_means(rows, columns, modes),
+                tuple(shared_metrics(chosen)),
+            )
+        )
+    notes = (NO_SHARED_METRIC,) if metrics is None and every and not columns else ()
+    return Leaderboard(dataset, protocol, modes, columns, tuple(sections), notes)
+
+
+def load_leaderboard(
+    results_dir: Path,
+    dataset: str,
+    protocol: str,
+    *,
+    budget: str | None = None,
+    metrics: Sequence[str] | None = None,
+    require_metric: bool = True,
+) -> Leaderboard:
+    """Read a dataset/protocol's records once and build its leaderboard.
+
+    ``metrics`` are validated (:func:`resolve_metrics`); without them, records sharing no metric
+    are an error when ``require_metric`` (the ``report`` command), else a leaderboard without
+    metric columns (the files a finished run refreshes: all formats are written alike).
+    """
+    by_budget = select_records(results_dir, dataset, protocol, budget)
+    columns = resolve_metrics(by_budget, metrics) if metrics or require_metric else None
+    return build_leaderboard(dataset, protocol, by_budget, columns)
+
+
+# -- shared text --------------------------------------------------------------------------------
 
 
 def format_cell(mean: float, half_width: float) -> str:
@@ -171,121 +405,50 @@ def _columns(metrics: Sequence[str], modes: Modes = MODES) -> list[tuple[str, st
     return [(mode, m) for mode, _ in modes for m in metrics]
 
 
-def render_markdown(
-    dataset: str, protocol: str, by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str]
-) -> str:
-    """The Markdown leaderboard of a dataset/protocol, one section per budget."""
-    modes = record_modes([r for rs in by_budget.values() for r in rs])
-    lines = [
-        f"# Leaderboard: `{dataset}`, protocol `{protocol}`",
-        "",
-        "Generated by `dmlbench` from the run records in `records/`; do not edit by hand.",
-        "Values: mean ± half-width of the 95% t-interval over test repetitions, in percent.",
-        "Sep. = each fold model's 128-d embedding alone (mean over the 4 folds); "
-        "Concat. = the 4 fold embeddings concatenated (512-d). Best mean per column in bold."
-        if modes == MODES
-        else "Best mean per column in bold; – = not applicable to that loss.",
-    ]
-    for budget in sorted(by_budget):
-        records = by_budget[budget]
-        rows = build_rows(records, metrics, modes)
-        cols = _columns(metrics, modes)
-        header = ["Loss"] + [
-            f"{label} {METRICS.get(m).display_name}" for mode, label in modes for m in metrics
-        ]
-        header += ["Reps", "Seed", "Commit"]
-        best = {
-            col: max(
-                (r.cells[col][0] for r in rows if r.loss != UNTRAINED and not math.isnan(r.cells[col][0])),
-                key=lambda v: v if METRICS.get(col[1]).higher_is_better else -v,
-                default=math.nan,
-            )
-            if any(not math.isnan(r.cells[col][0]) for r in rows if r.loss != UNTRAINED)
-            else math.nan
-            for col in cols
-        }
-        lines += [
-            "",
-            f"## Budget `{budget}`" + (f" ({EXEMPT_NOTE})" if budget in EXEMPT_BUDGETS else ""),
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header),
-        ]
-        for r in rows:
-            cells = []
-            for col in cols:
-                text = format_cell(*r.cells[col])
-                cells.append(f"**{text}**" if r.loss != UNTRAINED and r.cells[col][0] == best[col] else text)
-            lines.append("| " + " | ".join([r.label, *cells, str(r.reps), str(r.seed), r.commit]) + " |")
-        lines += ["", *_footer(budget, _latest_per_loss(records))]
-    return "\n".join(lines) + "\n"
-
-
-def _footer(budget: str, records: Sequence[dict[str, Any]]) -> list[str]:
-    devs: dict[str, tuple[Any, Any]] = {}
-    for r in records:
-        for d in r.get("deviations", []):
-            devs[d["key"]] = (d["paper"], d["value"])
-    searched = [r for r in records if "search" in r]
-    out = (
-        [
-            f"Budget `{budget}`; search trials per loss: "
-            + ", ".join(
-                f"{r['loss']} {len([t for t in r['search']['trials'] if t['state'] == 'COMPLETE'])}"
-                f"/{r['search']['n_trials']}"
-                for r in searched
-            )
-            + "."
-        ]
-        if searched
-        else [f"Budget `{budget}`; no hyperparameter search (loss defaults)."]
+def _footer_view(
+    record: RecordLike,
+) -> tuple[str, Sequence[str], Sequence[PluginSource], Mapping[str, Interval]]:
+    """(loss, notes, plugins, extra summaries) of a record; a plain mapping may hold only those."""
+    if isinstance(record, RunRecord):
+        return record.loss, record.notes, record.plugins, record.test.extra_summary
+    extra = record.get("test", {}).get("extra_summary", {})
+    return (
+        str(record["loss"]),
+        [str(n) for n in record.get("notes", [])],
+        parse_plugins(record, "<record>"),
+        {k: Interval(v.get("mean"), v.get("half_width")) for k, v in extra.items()},
     )
-    out += footer_notes(records)
-    out += convergence_footer(budget, records)
-    if devs:
-        out.append(
-            "Deviations from the paper protocol: "
-            + "; ".join(f"`{k}` = {v[1]!r} (paper {v[0]!r})" for k, v in sorted(devs.items()))
-            + "."
-        )
-    else:
-        out.append("No deviations from the paper protocol.")
-    return out
 
 
-def footer_notes(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The records' notes (each once) and their further per-rep summaries (``test.extra_summary``)."""
+def footer_notes(records: Sequence[RecordLike]) -> list[str]:
+    """The records' notes (each once), their plugins' provenance and their further per-rep
+    summaries (``test.extra_summary``)."""
+    views = [_footer_view(r) for r in records]
     out: list[str] = []
-    for r in records:
-        for note in r.get("notes", []):
+    for _, notes, _, _ in views:
+        for note in notes:
             if note not in out:
-                out.append(str(note))
-    for r in records:
-        for p in r.get("plugins", []):
+                out.append(note)
+    for loss, _, plugins, _ in views:
+        for p in plugins:
             # Which outside code produced the row: the distribution and version, the reference, and
             # the hash of the file the component is defined in.
-            sha = f"sha256 {p['sha256'][:12]}" if p.get("sha256") else "file not hashed"
-            dist = f"{p['distribution']} {p['version']} " if p.get("distribution") else ""
-            where = f"{dist}({p['ref']}, {sha})" if dist else f"{p['ref']} ({sha})"
-            line = f"{r['loss']}: {p['kind']} plugin: {where}."
+            sha = f"sha256 {p.sha256[:12]}" if p.sha256 else "file not hashed"
+            dist = f"{p.distribution} {p.version} " if p.distribution else ""
+            where = f"{dist}({p.ref}, {sha})" if dist else f"{p.ref} ({sha})"
+            line = f"{loss}: {p.kind} plugin: {where}."
             if line not in out:
                 out.append(line)
-    for r in records:
-        extra = r.get("test", {}).get("extra_summary", {})
+    for loss, _, _, extra in views:
         if extra:
             parts = [
-                f"{k.replace('_', ' ')} {_plain(v['mean'])} ± {_plain(v['half_width'])}"
-                for k, v in extra.items()
+                f"{k.replace('_', ' ')} {_plain(v.mean)} ± {_plain(v.half_width)}" for k, v in extra.items()
             ]
-            out.append(f"{r['loss']}: " + "; ".join(parts) + ".")
+            out.append(f"{loss}: " + "; ".join(parts) + ".")
     return out
 
 
-#: How an exempt budget's section is labelled.
-EXEMPT_NOTE = "exempt from the convergence rule: checks the machinery, not the ranking (protocols.md §2.6)"
-
-
-def format_share(stage: dict[str, Any]) -> str:
+def format_share(stage: Mapping[str, Any]) -> str:
     """``{"patience": 14, "n": 16, ...}`` -> ``"14/16 (88%)"``; ``"–"`` without fold trainings; a
     trailing ``*`` when some stops were derived (records written before ``stopped_by``)."""
     n = int(stage.get("n", 0))
@@ -295,12 +458,12 @@ def format_share(stage: dict[str, Any]) -> str:
     return text + ("*" if stage.get("derived") else "")
 
 
-def convergence_footer(budget: str, records: Sequence[dict[str, Any]]) -> list[str]:
+def convergence_footer(budget: str, records: Sequence[RecordLike]) -> list[str]:
     """Footer lines: per loss, fold trainings stopped by patience (test; search) and the verdict,
     then the rule (and what ``*`` means where a record needed its stops derived)."""
     if not records:
         return []
-    summaries = [(str(r["loss"]), convergence_summary(r)) for r in records]
+    summaries = [(r.loss, r.convergence) for r in map(as_record, records)]
     parts = [
         f"{loss} test {format_share(c['test'])}, search {format_share(c['search'])}: {c['verdict']}"
         for loss, c in summaries
@@ -321,9 +484,73 @@ def convergence_footer(budget: str, records: Sequence[dict[str, Any]]) -> list[s
 
 
 def _plain(x: float | None) -> str:
-    value = _nan(x)
+    value = nan_if_none(x)
     return "–" if math.isnan(value) else f"{value:.3g}"
 
+
+# -- Markdown -----------------------------------------------------------------------------------
+
+
+def markdown_text(lb: Leaderboard) -> str:
+    """The Markdown leaderboard, one section per budget."""
+    modes, metrics = lb.modes, lb.metrics
+    lines = [
+        f"# Leaderboard: `{lb.dataset}`, protocol `{lb.protocol}`",
+        "",
+        "Generated by `dmlbench` from the run records in `records/`; do not edit by hand.",
+        "Values: mean ± half-width of the 95% t-interval over test repetitions, in percent.",
+        "Sep. = each fold model's 128-d embedding alone (mean over the 4 folds); "
+        "Concat. = the 4 fold embeddings concatenated (512-d). Best mean per column in bold."
+        if modes == MODES
+        else "Best mean per column in bold; – = not applicable to that loss.",
+        *lb.notes,
+    ]
+    cols = _columns(metrics, modes)
+    for s in lb.sections:
+        header = ["Loss"] + [f"{label} {METRICS.get(m).display_name}" for _, label in modes for m in metrics]
+        header += ["Reps", "Seed", "Commit"]
+        lines += [
+            "",
+            f"## Budget `{s.budget}`" + (f" ({EXEMPT_NOTE})" if s.exempt else ""),
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
+        for r in s.rows:
+            cells = []
+            for mode, m in cols:
+                text = format_cell(*r.cells[(mode, m)])
+                cells.append(f"**{text}**" if s.is_best(r, mode, m) else text)
+            lines.append("| " + " | ".join([r.label, *cells, str(r.reps), str(r.seed), r.commit]) + " |")
+        lines += ["", *_markdown_footer(s)]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_footer(s: Section) -> list[str]:
+    trials = s.search_trials()
+    out = (
+        [
+            f"Budget `{s.budget}`; search trials per loss: "
+            + ", ".join(f"{loss} {c}/{n}" for loss, (c, n) in trials.items())
+            + "."
+        ]
+        if trials
+        else [f"Budget `{s.budget}`; no hyperparameter search (loss defaults)."]
+    )
+    out += footer_notes(s.chosen)
+    out += convergence_footer(s.budget, s.chosen)
+    devs = s.deviations()
+    out.append(
+        "Deviations from the paper protocol: "
+        + "; ".join(f"`{key}` = {value!r} (paper {paper!r})" for key, paper, value in devs)
+        + "."
+        if devs
+        else "No deviations from the paper protocol."
+    )
+    return out
+
+
+# -- CSV ----------------------------------------------------------------------------------------
 
 #: Convergence columns of the CSV: fold trainings stopped by patience and all fold trainings per
 #: stage, the verdict, and how many stops were derived from an older record.
@@ -353,41 +580,53 @@ def csv_convergence(row: Row) -> list[str]:
     ]
 
 
-def render_csv(by_budget: dict[str, list[dict[str, Any]]], metrics: Sequence[str]) -> str:
+def csv_text(lb: Leaderboard) -> str:
     """The same rows as the Markdown table, as machine-readable CSV (fractions, not percent)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    modes = record_modes([r for rs in by_budget.values() for r in rs])
-    cols = _columns(metrics, modes)
+    cols = _columns(lb.metrics, lb.modes)
     writer.writerow(
         ["budget", "loss", "name", "seed", "reps", "commit"]
         + [f"{mode}_{m}_{part}" for mode, m in cols for part in ("mean", "ci")]
         + list(CSV_CONVERGENCE)
     )
-    for budget in sorted(by_budget):
-        for r in build_rows(by_budget[budget], metrics, modes):
+    for s in lb.sections:
+        for r in s.rows:
             values: list[str] = []
             for col in cols:
                 mean, hw = r.cells[col]
                 values += ["" if math.isnan(mean) else repr(mean), "" if math.isnan(hw) else repr(hw)]
-            writer.writerow([budget, r.loss, r.name, r.seed, r.reps, r.commit, *values, *csv_convergence(r)])
+            writer.writerow(
+                [s.budget, r.loss, r.name, r.seed, r.reps, r.commit, *values, *csv_convergence(r)]
+            )
     return buf.getvalue()
 
 
+# -- the former entry points (records grouped by budget + metrics) -------------------------------
+
+
+def render_markdown(
+    dataset: str, protocol: str, by_budget: Mapping[str, Sequence[RecordLike]], metrics: Sequence[str]
+) -> str:
+    """:func:`markdown_text` of the leaderboard of ``by_budget`` with ``metrics``."""
+    return markdown_text(build_leaderboard(dataset, protocol, by_budget, metrics))
+
+
+def render_csv(by_budget: Mapping[str, Sequence[RecordLike]], metrics: Sequence[str]) -> str:
+    """:func:`csv_text` of the leaderboard of ``by_budget`` with ``metrics``."""
+    return csv_text(build_leaderboard("", "", by_budget, metrics))
+
+
 def write_leaderboard(results_dir: Path, dataset: str, protocol: str) -> list[Path]:
-    """Regenerate ``leaderboard.md`` and ``leaderboard.csv`` from every record; return their paths."""
-    records = load_records(results_dir, dataset, protocol)
-    by_budget: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        by_budget.setdefault(r["budget"], []).append(r)
-    # Only metrics every record has: a column cannot be filled from some records alone.
-    metrics = (
-        [m for m in records[0]["test"]["metrics"] if all(m in r["test"]["metrics"] for r in records)]
-        if records
-        else []
-    )
+    """Regenerate ``leaderboard.md`` and ``.csv`` only; return their paths.
+
+    :func:`benchmark.report.tables.write_tables` writes all four formats; this one stays for
+    scripts that want only these two. Same model, same metric columns.
+    """
+    lb = load_leaderboard(results_dir, dataset, protocol, require_metric=False)
     folder = results_dir / dataset / protocol
     md, csv_path = folder / "leaderboard.md", folder / "leaderboard.csv"
-    write_text_atomic(md, render_markdown(dataset, protocol, by_budget, metrics))
-    write_text_atomic(csv_path, render_csv(by_budget, metrics))
+    texts = {md: markdown_text(lb), csv_path: csv_text(lb)}  # both rendered before either is written
+    for path, text in texts.items():
+        write_text_atomic(path, text)
     return [md, csv_path]

@@ -26,7 +26,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,20 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from benchmark.errors import DmlbenchError
 from benchmark.io import atomic_write, write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.report.leaderboard import MODES, load_records, record_modes
-from benchmark.report.tables import latest_per_loss, mode_titles, record_metrics
+from benchmark.records import Interval, RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
+from benchmark.report.leaderboard import (
+    MODES,
+    Leaderboard,
+    RecordLike,
+    build_leaderboard,
+    group_by_budget,
+    load_records,
+    mode_titles,
+    record_modes,
+)
 
 MIN_IMPORTANCE_TRIALS = 5
 FORMATS = ("png", "pdf")
@@ -74,38 +84,41 @@ def _grid(n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3) ->
     return fig, axes
 
 
-def _name(record: dict[str, Any]) -> str:
-    return str(record.get("loss_display_name", record["loss"]))
+def _name(record: RunRecord) -> str:
+    return record.loss_display_name
 
 
-def _nan(x: Any) -> float:
-    return math.nan if x is None else float(x)
+def _searched(record: RunRecord) -> Search:
+    """The record's search (the plots that need one are drawn only for searched records)."""
+    if record.search is None:
+        raise DmlbenchError(f"The record of {record.loss!r} ({record.source}) has no hyperparameter search.")
+    return record.search
 
 
 # -- (a) metric ± CI ----------------------------------------------------------------------------
 
 
-def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budget: str) -> Figure:
+def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: str) -> Figure:
     """Mean ± CI (percent) per loss, one row of panels per metric, one column per mode."""
     chosen = latest_per_loss(records)
-    newest = max(chosen, key=lambda r: r.get("created", ""))
+    newest = max(chosen, key=lambda r: r.created)
     titles = mode_titles(chosen)
     modes = record_modes(chosen)
     n = len(chosen)
     fig = Figure(figsize=(5 * len(modes), len(metrics) * (0.32 * n + 1.3)), layout="constrained")
     y = np.arange(n)
-    missing = {"mean": None, "half_width": None}
+    missing = Interval(None, None)
     for i, m in enumerate(metrics):
         spec = METRICS.get(m)
         for j, (mode, _) in enumerate(modes):
             ax = fig.add_subplot(len(metrics), len(modes), len(modes) * i + j + 1)
-            cells = [r["test"]["summary"].get(mode, {}).get(m, missing) for r in chosen]
-            means = np.array([100 * _nan(c["mean"]) for c in cells])
-            hws = np.array([100 * _nan(c["half_width"]) for c in cells])
+            cells = [r.test.summary.get(mode, {}).get(m, missing) for r in chosen]
+            means = np.array([100 * nan_if_none(c.mean) for c in cells])
+            hws = np.array([100 * nan_if_none(c.half_width) for c in cells])
             ax.errorbar(
                 means, y, xerr=np.nan_to_num(hws), fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3
             )
-            untrained = newest.get("untrained", {}).get(mode, {}).get(m)
+            untrained = newest.untrained.get(mode, {}).get(m)
             if untrained is not None:
                 ax.axvline(
                     100 * float(untrained), color="grey", linestyle="--", linewidth=1, label="untrained"
@@ -124,21 +137,22 @@ def plot_metrics(records: Sequence[dict[str, Any]], metrics: Sequence[str], budg
 # -- (b) optimisation history -------------------------------------------------------------------
 
 
-def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
+def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
     """Objective per trial, best-so-far line, best trial starred, failed/pruned trials marked."""
     chosen = latest_per_loss(records)
     fig, axes = _grid(len(chosen))
     for ax, r in zip(axes, chosen, strict=True):
-        trials = sorted(r["search"]["trials"], key=lambda t: t["number"])
-        done = [t for t in trials if t["state"] == "COMPLETE" and t.get("value") is not None]
-        values = [float(t["value"]) for t in done]
+        search = _searched(r)
+        trials = sorted(search.trials, key=lambda t: _number(t))
+        done = [t for t in trials if t.state == "COMPLETE" and t.value is not None]
+        values = [_value(t) for t in done]
         for origin, marker, label in (("sobol", "s", "quasi-random start"), (None, "o", "sampler")):
-            sel = [t for t in done if (t.get("origin") == "sobol") == (origin == "sobol")]
+            sel = [t for t in done if (t.origin == "sobol") == (origin == "sobol")]
             if sel:
                 ax.errorbar(
-                    [t["number"] for t in sel],
-                    [t["value"] for t in sel],
-                    yerr=[_nan(t.get("fold_sem")) if t.get("fold_sem") is not None else 0.0 for t in sel],
+                    [_number(t) for t in sel],
+                    [_value(t) for t in sel],
+                    yerr=[t.fold_sem if t.fold_sem is not None else 0.0 for t in sel],
                     fmt=marker,
                     markersize=4,
                     capsize=2,
@@ -146,7 +160,7 @@ def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
                     label=label,
                 )
         if done:
-            xs = [t["number"] for t in done]
+            xs = [_number(t) for t in done]
             ax.step(
                 xs,
                 np.maximum.accumulate(values),
@@ -155,20 +169,20 @@ def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
                 linewidth=1.2,
                 label="best so far",
             )
-            best = max(done, key=lambda t: (t["value"], -t["number"]))
+            best = max(done, key=lambda t: (_value(t), -_number(t)))
             ax.plot(
-                [best["number"]],
-                [best["value"]],
+                [_number(best)],
+                [_value(best)],
                 marker="*",
                 markersize=13,
                 color="gold",
                 markeredgecolor="black",
                 linestyle="none",
-                label=f"best (#{best['number']})",
+                label=f"best (#{_number(best)})",
             )
         bottom = min(values) if values else 0.0
         for state, marker, color in (("FAIL", "x", "tab:red"), ("PRUNED", "v", "tab:grey")):
-            bad = [t["number"] for t in trials if t["state"] == state]
+            bad = [_number(t) for t in trials if t.state == state]
             if bad:
                 ax.plot(
                     bad,
@@ -179,7 +193,7 @@ def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
                     markersize=8,
                     label=state.lower(),
                 )
-        ax.set_title(f"{_name(r)}: {len(done)}/{r['search']['n_trials']} complete", fontsize="medium")
+        ax.set_title(f"{_name(r)}: {len(done)}/{search.n_trials} complete", fontsize="medium")
         ax.set_xlabel("trial")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
@@ -192,33 +206,41 @@ def plot_history(records: Sequence[dict[str, Any]], budget: str) -> Figure:
 # -- (c) validation curves of the best trial ----------------------------------------------------
 
 
-def _best_trial(record: dict[str, Any]) -> dict[str, Any] | None:
-    number = record["search"].get("best_trial")
-    for t in record["search"]["trials"]:
-        if t["number"] == number:
-            return dict(t)
+def _number(trial: Trial) -> int:
+    return -1 if trial.number is None else trial.number
+
+
+def _value(trial: Trial) -> float:
+    return nan_if_none(trial.value)
+
+
+def _best_trial(record: RunRecord) -> Trial | None:
+    search = _searched(record)
+    for t in search.trials:
+        if t.number is not None and t.number == search.best_trial:
+            return t
     return None
 
 
-def plot_val_curves(records: Sequence[dict[str, Any]], budget: str, log: Log) -> Figure | None:
+def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Figure | None:
     """Validation MAP@R per epoch of every fold of each loss's best trial; None without curves."""
     chosen = []
     for r in latest_per_loss(records):
         best = _best_trial(r)
-        if best is None or not any(f.get("curve") for f in best.get("folds", [])):
-            log(f"val_curves-{budget}: {r['loss']} has no validation curves for its best trial; skipped.")
+        if best is None or not any(f.curve for f in best.folds):
+            log(f"val_curves-{budget}: {r.loss} has no validation curves for its best trial; skipped.")
             continue
         chosen.append((r, best))
     if not chosen:
         return None
     fig, axes = _grid(len(chosen))
     for ax, (r, best) in zip(axes, chosen, strict=True):
-        for k, fold in enumerate(best["folds"]):
-            curve = np.asarray(fold.get("curve") or [], dtype=float).reshape(-1, 2)
+        for k, fold in enumerate(best.folds):
+            curve = np.asarray(fold.curve, dtype=float).reshape(-1, 2)
             if not len(curve):
                 continue
             (line,) = ax.plot(curve[:, 0], 100 * curve[:, 1], marker=".", label=f"fold {k}")
-            be = fold.get("best_epoch")
+            be = fold.best_epoch
             hit = curve[curve[:, 0] == be] if be is not None else curve[:0]
             if len(hit):
                 ax.plot(
@@ -230,7 +252,7 @@ def plot_val_curves(records: Sequence[dict[str, Any]], budget: str, log: Log) ->
                     color=line.get_color(),
                 )
         ax.set_title(
-            f"{_name(r)}: trial #{best['number']} (objective {100 * float(best['value']):.2f}%)",
+            f"{_name(r)}: trial #{_number(best)} (objective {100 * _value(best):.2f}%)",
             fontsize="medium",
         )
         ax.set_xlabel("epoch")
@@ -247,21 +269,26 @@ def plot_val_curves(records: Sequence[dict[str, Any]], budget: str, log: Log) ->
 # -- (d) accuracy vs wall time ------------------------------------------------------------------
 
 
-def training_wall_s(record: dict[str, Any]) -> float | None:
-    """``timings_s["search"] + timings_s["test"]`` of a record, None when either is missing."""
+def training_wall_s(record: RunRecord | Mapping[str, Any]) -> float | None:
+    """``timings_s["search"] + timings_s["test"]`` of a record, None when either is missing.
+
+    A plain mapping needs only ``timings_s`` (for scripts); a record answers from its typed timings.
+    """
+    if isinstance(record, RunRecord):
+        return record.training_wall_s()
     timings = record.get("timings_s", {})
     if timings.get("search") is None or timings.get("test") is None:
         return None
     return float(timings["search"]) + float(timings["test"])
 
 
-def plot_wall_time(records: Sequence[dict[str, Any]], metric: str, budget: str, log: Log) -> Figure | None:
+def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log: Log) -> Figure | None:
     """Test ``metric`` (mean ± CI, both modes) against search + test wall time per loss."""
     chosen = []
     for r in latest_per_loss(records):
         wall = training_wall_s(r)
         if wall is None:
-            log(f"wall_time-{budget}: {r['loss']} has no search/test timings; skipped.")
+            log(f"wall_time-{budget}: {r.loss} has no search/test timings; skipped.")
             continue
         chosen.append((r, wall))
     if not chosen:
@@ -275,8 +302,8 @@ def plot_wall_time(records: Sequence[dict[str, Any]], metric: str, budget: str, 
     fig = Figure(figsize=(7, 5), layout="constrained")
     ax = fig.add_subplot()
     for (mode, _), marker in zip(MODES, ("o", "s"), strict=True):
-        means = [100 * _nan(r["test"]["summary"][mode][metric]["mean"]) for r, _ in chosen]
-        hws = [100 * _nan(r["test"]["summary"][mode][metric]["half_width"]) for r, _ in chosen]
+        means = [100 * nan_if_none(r.test.summary[mode][metric].mean) for r, _ in chosen]
+        hws = [100 * nan_if_none(r.test.summary[mode][metric].half_width) for r, _ in chosen]
         ax.errorbar(walls / scale, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
         for (r, _), x, yv in zip(chosen, walls / scale, means, strict=True):
             right = x > 0.6 * float(walls.max()) / scale  # label leftwards near the right edge
@@ -306,7 +333,7 @@ def importance_target_quantile(n_complete: int) -> float:
     return min(0.5, max(0.1, 2.0 / n_complete))
 
 
-def param_importances(record: dict[str, Any]) -> tuple[dict[str, float], int, float] | str:
+def param_importances(record: RecordLike) -> tuple[dict[str, float], int, float] | str:
     """PED-ANOVA importances (normalised to sum 1) of a record's searched hyperparameters.
 
     Returns ``(importances, n_complete_trials, target_quantile)``, or a string saying why none
@@ -317,20 +344,17 @@ def param_importances(record: dict[str, Any]) -> tuple[dict[str, float], int, fl
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
     from optuna.trial import TrialState
 
-    space = record["search"].get("space") or {}
-    if not space:
+    search = _searched(as_record(record))
+    if not search.space:
         return "nothing was searched (empty search space)"
-    dists = {
-        k: FloatDistribution(float(d["low"]), float(d["high"]), log=bool(d.get("log", False)))
-        for k, d in space.items()
-    }
+    dists = {k: FloatDistribution(d.low, d.high, log=d.log) for k, d in search.space.items()}
     done = [
         t
-        for t in record["search"]["trials"]
-        if t["state"] == "COMPLETE"
-        and t.get("value") is not None
-        and math.isfinite(float(t["value"]))
-        and all(k in t.get("params", {}) for k in dists)
+        for t in search.trials
+        if t.state == "COMPLETE"
+        and t.value is not None
+        and math.isfinite(t.value)
+        and all(k in t.params for k in dists)
     ]
     if len(done) < MIN_IMPORTANCE_TRIALS:
         return f"{len(done)} complete trials (PED-ANOVA here needs at least {MIN_IMPORTANCE_TRIALS})"
@@ -339,12 +363,12 @@ def param_importances(record: dict[str, Any]) -> tuple[dict[str, float], int, fl
     try:
         study = optuna.create_study(direction="maximize")
         for t in done:
-            params = {k: min(max(float(t["params"][k]), dists[k].low), dists[k].high) for k in dists}
+            params = {k: min(max(t.params[k], dists[k].low), dists[k].high) for k in dists}
             study.add_trial(
                 optuna.trial.create_trial(
                     params=params,
                     distributions=dict(dists),
-                    value=float(t["value"]),
+                    value=_value(t),
                     state=TrialState.COMPLETE,
                 )
             )
@@ -362,13 +386,13 @@ def param_importances(record: dict[str, Any]) -> tuple[dict[str, float], int, fl
     return {k: v / total for k, v in raw.items()}, len(done), q
 
 
-def plot_importance(records: Sequence[dict[str, Any]], budget: str, log: Log) -> Figure | None:
+def plot_importance(records: Sequence[RecordLike], budget: str, log: Log) -> Figure | None:
     """Horizontal bars of PED-ANOVA importance per loss; None when no loss qualifies."""
     results = []
     for r in latest_per_loss(records):
         res = param_importances(r)
         if isinstance(res, str):
-            log(f"importance-{budget}: {r['loss']} skipped: {res}.")
+            log(f"importance-{budget}: {r.loss} skipped: {res}.")
             continue
         results.append((r, res))
     if not results:
@@ -406,18 +430,29 @@ Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
 """
 
 
-def write_plots(results_dir: Path, dataset: str, protocol: str, *, log: Log | None = None) -> list[Path]:
+def write_plots(
+    results_dir: Path,
+    dataset: str,
+    protocol: str,
+    *,
+    log: Log | None = None,
+    leaderboard: Leaderboard | None = None,
+) -> list[Path]:
     """(Re)write every plot of a dataset/protocol into ``results_dir/dataset/protocol/plots/``.
 
+    Plots are drawn from ``leaderboard`` (the same object the tables render; read from the records
+    when not given), per budget from its newest record per loss and the metrics those share.
     Returns the written paths (PNG and PDF of each plot, then ``README.md``, which also lists
     what was skipped). Skipped plots/losses are reported through ``log`` (default: stderr). No
     records means no plots (an empty list).
     """
     log = log or _stderr
-    records = load_records(results_dir, dataset, protocol)
-    if not records:
-        log(f"plots: no records for {dataset}/{protocol} under {results_dir}; nothing plotted.")
-        return []
+    if leaderboard is None:
+        records = load_records(results_dir, dataset, protocol)
+        if not records:
+            log(f"plots: no records for {dataset}/{protocol} under {results_dir}; nothing plotted.")
+            return []
+        leaderboard = build_leaderboard(dataset, protocol, group_by_budget(records))
     folder = results_dir / dataset / protocol / "plots"
     folder.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -426,22 +461,15 @@ def write_plots(results_dir: Path, dataset: str, protocol: str, *, log: Log | No
         notes.append(message)
         log(message)
 
-    by_budget: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        by_budget.setdefault(str(r.get("budget", "unknown")), []).append(r)
     paths: list[Path] = []
-    for budget in sorted(by_budget):
-        chosen = latest_per_loss(by_budget[budget])
-        common = record_metrics(chosen[0])
-        for r in chosen[1:]:
-            common = [m for m in common if m in record_metrics(r)]
-        metrics = [m for m in common if m in METRICS]
+    for section in leaderboard.sections:
+        budget, chosen, metrics = section.budget, list(section.chosen), section.metrics
         figures: list[tuple[str, Figure | None]] = []
         if metrics:
             figures.append(("metrics", plot_metrics(chosen, metrics, budget)))
         else:
             note(f"metrics-{budget}: the records share no registered metric; skipped.")
-        if not all("search" in r for r in chosen):
+        if not all(r.search is not None for r in chosen):
             # traditional/cbir records: no search trials, folds or search timings to plot.
             note(f"history/val_curves/wall_time/importance-{budget}: protocol without a search; skipped.")
         else:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import DmlbenchError
+from benchmark.records import RunRecord, as_record, latest_per_loss
 
 FORMAT = "dmlbench.published/1"
 COLUMNS = (
@@ -217,16 +218,14 @@ class Match:
         return None if allowed is None else abs(self.difference) <= allowed + 1e-9
 
 
-def _mode_dims(record: Mapping[str, Any]) -> dict[str, int]:
+def _mode_dims(record: RunRecord) -> dict[str, int]:
     """Embedding size of each evaluation mode of a record (MLRC: concatenated = folds × dim)."""
-    config = record.get("config", {})
-    dim = config.get("model", {}).get("embedding_dim")
-    folds = config.get("protocol", {}).get("n_folds")
-    if not isinstance(dim, int):
+    dim, folds = record.embedding_dim, record.n_folds
+    if dim is None:
         return {}
-    out = {mode: dim for mode in record.get("test", {}).get("modes", [])}
+    out = {mode: dim for mode, _ in record.test.modes} if record.test.named_modes else {}
     out.setdefault("separated", dim)
-    if isinstance(folds, int):
+    if folds is not None:
         out.setdefault("concatenated", dim * folds)
     return out
 
@@ -236,20 +235,20 @@ def _scale(metric: str) -> float:
     return 1.0 if metric == "epochs_to_best" else 100.0
 
 
-def _ours(record: Mapping[str, Any], mode: str, metric: str) -> tuple[float, float] | None:
-    test = record.get("test", {})
-    cell = test.get("summary", {}).get(mode, {}).get(metric)
-    if cell is None and mode in test.get("modes", [mode]):
-        cell = test.get("extra_summary", {}).get(metric)
-    if not isinstance(cell, Mapping) or cell.get("mean") is None:
+def _ours(record: RunRecord, mode: str, metric: str) -> tuple[float, float] | None:
+    test = record.test
+    cell = test.summary.get(mode, {}).get(metric)
+    if cell is None and (not test.named_modes or test.has_mode(mode)):
+        cell = test.extra_summary.get(metric)
+    if cell is None or cell.mean is None:
         return None
-    hw = cell.get("half_width")
+    hw = cell.half_width
     scale = _scale(metric)
-    return scale * float(cell["mean"]), math.nan if hw is None else scale * float(hw)
+    return scale * cell.mean, math.nan if hw is None else scale * hw
 
 
 def join(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[RunRecord | Mapping[str, Any]],
     tables: Sequence[PublishedTable],
     dataset: str,
     protocol: str,
@@ -260,9 +259,7 @@ def join(
     rows (MLRC's Pretrained). ``records`` are one budget's, newest per loss wins."""
     tolerance = reproduction_tolerance(tables)
     wanted = None if metrics is None else set(metrics)
-    latest: dict[str, Mapping[str, Any]] = {}
-    for r in sorted(records, key=lambda r: (r.get("created", ""), r.get("loss", ""))):
-        latest[str(r["loss"])] = r
+    latest = {r.loss: r for r in latest_per_loss(records)}
     published = [
         v
         for t in tables
@@ -277,15 +274,15 @@ def join(
                 continue
             ours = _ours(r, v.mode, v.metric)
             if ours is not None:
-                name = str(r.get("loss_display_name", loss))
+                name = r.loss_display_name
                 out.append(
                     Match(loss, name, v.mode, v.embedding_dim, v.metric, *ours, v, tolerance.get(v.metric))
                 )
     if latest:  # the untrained row: from the newest record, a single measurement (no interval)
-        newest = max(latest.values(), key=lambda r: r.get("created", ""))
+        newest = max(latest.values(), key=lambda r: r.created)
         dims = _mode_dims(newest)
         for v in published:
-            value = newest.get("untrained", {}).get(v.mode, {}).get(v.metric)
+            value = newest.untrained.get(v.mode, {}).get(v.metric)
             if v.loss == UNTRAINED and dims.get(v.mode) == v.embedding_dim and value is not None:
                 out.append(
                     Match(
@@ -338,7 +335,7 @@ def coverage(tables: Sequence[PublishedTable]) -> list[str]:
 def render_markdown(
     dataset: str,
     protocol: str,
-    by_budget: Mapping[str, Sequence[Mapping[str, Any]]],
+    by_budget: Mapping[str, Sequence[RunRecord | Mapping[str, Any]]],
     tables: Sequence[PublishedTable],
     folder: Path,
     metrics: Iterable[str] | None = None,
@@ -371,14 +368,14 @@ def render_markdown(
     ]
     titles = {t.path.stem: t.header["paper"] for t in tables}
     for budget in sorted(by_budget):
-        records = by_budget[budget]
+        records = [as_record(r) for r in by_budget[budget]]
         matches = [
             m
             for m in join(records, tables, dataset, protocol, wanted_metrics)
             if keep is None or m.loss in keep
         ]
         lines += ["", f"## Budget `{budget}`", ""]
-        deviating = sorted({d.get("key", "?") for r in records for d in r.get("deviations", [])})
+        deviating = sorted({d.key for r in records for d in r.deviations})
         if deviating:
             lines.append(
                 f"These records deviate from the paper protocol ({', '.join(f'`{k}`' for k in deviating)}): "
@@ -422,7 +419,7 @@ def published_section(
     results_dir: Path,
     dataset: str,
     protocol: str,
-    by_budget: Mapping[str, Sequence[Mapping[str, Any]]],
+    by_budget: Mapping[str, Sequence[RunRecord | Mapping[str, Any]]],
     metrics: Iterable[str] | None = None,
     losses: Iterable[str] | None = None,
 ) -> str:

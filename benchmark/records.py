@@ -1,0 +1,577 @@
+"""The run record's schema: typed, validated at load, with a kind and a version.
+
+A run writes one JSON record (``results/<dataset>/<protocol>/records/*.json``); every reader of
+records (leaderboards, plots, significance tables, published-value joins, the Python API) goes
+through :func:`parse_record` / :func:`load_records`, which check the fields those readers use and
+turn them into the frozen dataclasses below. A record that breaks the schema is a
+:class:`RecordError` naming the file, the key (as a dotted path) and the expected type; fields no
+reader uses (``environment`` beyond git, ``execution``, ``rep_details`` ...) stay in
+:attr:`RunRecord.document` untouched.
+
+Schema
+------
+``schema`` is ``"dmlbench.run/<version>"``; this module reads version :data:`SCHEMA_VERSION` (1)
+and refuses a newer one with an error asking for a newer dmlbench. A document without
+``schema`` is read as version 1.
+
+``kind`` is the protocol kind that produced the record (the protocol file's ``[protocol] name``,
+one of :data:`KINDS`: ``mlrc``, ``traditional``, ``cbir``; an unknown kind is an error naming
+the known ones). The kind fixes the evaluation modes a record may leave out: an ``mlrc``
+record's modes are ``separated``/``concatenated`` unless ``test.modes`` names others;
+``traditional`` and ``cbir`` records must name theirs in ``test.modes`` (with
+``test.mode_labels``). Runs write ``kind`` explicitly; adding an optional field keeps the
+version at 1, so every record written before (all committed ones under ``results/``) is the same
+version.
+
+Migration rule for a record without ``kind`` (in memory; files are never rewritten): the kind is
+``config.protocol.name`` (what the runner was chosen by); without it, the top-level ``protocol``
+when that names a known kind; else ``mlrc`` (the kind of a protocol file without a name,
+:func:`benchmark.config.protocol_kind`). :attr:`RunRecord.migrated` says what was derived.
+
+Lenient on purpose: the fields readers can do without are optional with a stated default
+(``budget`` "unknown", ``loss_display_name`` = ``loss``, ``seed`` None, ``created`` "", empty
+summaries), so hand-made and partial records (tests, older runs) still render.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NoReturn
+
+from benchmark.errors import DmlbenchError
+
+SCHEMA_PREFIX = "dmlbench.run/"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
+
+#: MLRC's evaluation modes with their short column labels (docs/protocols.md §6).
+MLRC_MODES: tuple[tuple[str, str], ...] = (("separated", "Sep."), ("concatenated", "Concat."))
+
+#: Known record kinds -> the modes a record of that kind has when it names none (None: the record
+#: must name its modes in ``test.modes``). A new protocol kind registers here
+#: (:func:`register_kind`) from its own module.
+KINDS: dict[str, tuple[tuple[str, str], ...] | None] = {
+    "mlrc": MLRC_MODES,
+    "traditional": None,
+    "cbir": None,
+}
+
+
+def register_kind(kind: str, default_modes: tuple[tuple[str, str], ...] | None = None) -> None:
+    """Make ``kind`` a valid record kind (``default_modes``: the modes its records may omit)."""
+    KINDS[kind] = default_modes
+
+
+class RecordError(DmlbenchError):
+    """A record that does not follow the schema: names the file, the key and what was expected."""
+
+
+# -- the typed record -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A summary over repetitions: mean and 95% half-width (None: no value / no interval)."""
+
+    mean: float | None
+    half_width: float | None
+
+
+@dataclass(frozen=True)
+class TestResults:
+    """``test``: repetitions, metric names, evaluation modes, per-rep values and summaries."""
+
+    reps: int
+    metrics: tuple[str, ...]
+    #: (mode, label) column groups: the record's ``test.modes`` or its kind's default modes.
+    modes: tuple[tuple[str, str], ...]
+    #: Whether the record named its modes itself (``test.modes``).
+    named_modes: bool
+    summary: Mapping[str, Mapping[str, Interval]]
+    per_rep: Mapping[str, Mapping[str, tuple[float, ...]]]
+    #: Further per-rep summaries (e.g. cbir's query times), by name.
+    extra_summary: Mapping[str, Interval]
+
+    def has_mode(self, mode: str) -> bool:
+        """Whether this record evaluates ``mode``."""
+        return any(m == mode for m, _ in self.modes)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One fold training of a search trial: its validation curve (epoch, value) and best epoch."""
+
+    curve: tuple[tuple[float, float], ...]
+    best_epoch: int | None
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One search trial (``search.trials[i]``)."""
+
+    number: int | None
+    state: str
+    value: float | None
+    origin: str | None
+    fold_sem: float | None
+    params: Mapping[str, float]
+    folds: tuple[Fold, ...]
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    """A searched hyperparameter's range (``search.space[name]``)."""
+
+    low: float
+    high: float
+    log: bool
+
+
+@dataclass(frozen=True)
+class Search:
+    """``search``: the hyperparameter search of an MLRC run."""
+
+    n_trials: int
+    best_trial: int | None
+    space: Mapping[str, ParamRange]
+    trials: tuple[Trial, ...]
+
+    @property
+    def complete(self) -> int:
+        """How many trials completed."""
+        return sum(1 for t in self.trials if t.state == "COMPLETE")
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A setting that differs from the paper protocol."""
+
+    key: str
+    paper: Any  # a JSON value of the setting's own type (number, string, list ...)
+    value: Any
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where an outside component of the run came from (``plugins[i]``)."""
+
+    kind: str
+    ref: str
+    sha256: str | None
+    distribution: str | None
+    version: str | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A validated run record (schema :data:`SCHEMA`; a missing ``kind`` derived)."""
+
+    source: str
+    version: int
+    kind: str
+    protocol: str
+    dataset: str
+    loss: str
+    loss_display_name: str
+    budget: str
+    seed: int | None
+    created: str
+    git_commit: str
+    dirty: bool
+    embedding_dim: int | None
+    n_folds: int | None
+    test: TestResults
+    untrained: Mapping[str, Mapping[str, float | None]]
+    deviations: tuple[Deviation, ...]
+    notes: tuple[str, ...]
+    plugins: tuple[PluginSource, ...]
+    search: Search | None
+    timings_s: Mapping[str, float | None]
+    #: What the migration derived (empty for a record with every field of the current schema).
+    migrated: tuple[str, ...] = ()
+    #: The whole JSON document, for fields outside this schema.
+    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def commit(self) -> str:
+        """The short git commit, ``+dirty`` when the tree had local changes."""
+        return self.git_commit[:10] + ("+dirty" if self.dirty else "")
+
+    @cached_property
+    def convergence(self) -> Mapping[str, Any]:
+        """:func:`benchmark.protocol.convergence.convergence_summary` of the record (computed once)."""
+        from benchmark.protocol.convergence import convergence_summary
+
+        return convergence_summary(self.document)
+
+    def training_wall_s(self) -> float | None:
+        """``timings_s["search"] + timings_s["test"]``, None when either is missing."""
+        search, test = self.timings_s.get("search"), self.timings_s.get("test")
+        return None if search is None or test is None else search + test
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def _describe(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"the number {value!r}"
+    return names.get(type(value), type(value).__name__)
+
+
+class _Check:
+    """Typed reads of a JSON document with errors that name the file and the dotted key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, expected: str, value: object) -> NoReturn:
+        raise RecordError(
+            f"Run record {self.source}: key {key!r} must be {expected}, found {_describe(value)}. "
+            "Fix or move the file (records are written by `dmlbench run`; see benchmark/records.py)."
+        )
+
+    def missing(self, key: str, expected: str) -> NoReturn:
+        raise RecordError(
+            f"Run record {self.source}: required key {key!r} ({expected}) is missing. "
+            "Fix or move the file (records are written by `dmlbench run`; see benchmark/records.py)."
+        )
+
+    def obj(self, value: object, key: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            self.fail(key, "an object", value)
+        return value
+
+    def get(self, data: Mapping[str, Any], name: str, key: str, *, required: bool, expected: str) -> Any:
+        if name not in data:
+            if required:
+                self.missing(f"{key}{name}", expected)
+            return None
+        return data[name]
+
+    def opt_obj(self, data: Mapping[str, Any], name: str, key: str) -> Mapping[str, Any]:
+        value = data.get(name)
+        return {} if value is None else self.obj(value, key + name)
+
+    def string(self, data: Mapping[str, Any], name: str, key: str, default: str | None = None) -> str:
+        value = self.get(data, name, key, required=default is None, expected="a string")
+        if value is None and default is not None:
+            return default
+        if not isinstance(value, str):
+            self.fail(key + name, "a string", value)
+        return value
+
+    def opt_string(self, data: Mapping[str, Any], name: str, key: str) -> str | None:
+        value = data.get(name)
+        if value is not None and not isinstance(value, str):
+            self.fail(key + name, "a string or null", value)
+        return value
+
+    def integer(self, value: object, key: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.fail(key, "an integer", value)
+        return value
+
+    def opt_int(self, data: Mapping[str, Any], name: str, key: str) -> int | None:
+        value = data.get(name)
+        return None if value is None else self.integer(value, key + name)
+
+    def number(self, value: object, key: str) -> float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            self.fail(key, "a number", value)
+        return float(value)
+
+    def opt_number(self, value: object, key: str) -> float | None:
+        return None if value is None else self.number(value, key)
+
+    def seq(self, value: object, key: str) -> Sequence[Any]:
+        if not isinstance(value, list):
+            self.fail(key, "a list", value)
+        return value
+
+    def strings(self, value: object, key: str) -> tuple[str, ...]:
+        items = self.seq(value, key)
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                self.fail(f"{key}[{i}]", "a string", item)
+        return tuple(items)
+
+
+def schema_version(data: Mapping[str, Any], source: str) -> int:
+    """The schema version of a record document (1 without ``schema``); errors for others."""
+    schema = data.get("schema")
+    if schema is None:
+        return 1
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+        raise RecordError(
+            f"Run record {source}: key 'schema' is {schema!r}, not {SCHEMA_PREFIX}<version>; "
+            "this file is not a dmlbench run record."
+        )
+    text = schema[len(SCHEMA_PREFIX) :]
+    if not text.isdigit() or int(text) < 1:
+        raise RecordError(f"Run record {source}: key 'schema' has no valid version: {schema!r}.")
+    version = int(text)
+    if version > SCHEMA_VERSION:
+        raise RecordError(
+            f"Run record {source} has schema {schema!r}, newer than this dmlbench reads "
+            f"(up to {SCHEMA}); upgrade dmlbench to read it."
+        )
+    return version
+
+
+def _kind(data: Mapping[str, Any], check: _Check) -> tuple[str, tuple[str, ...]]:
+    """The record's kind and what the migration derived (see the module docstring)."""
+    how: tuple[str, ...] = ()
+    if "kind" in data:
+        kind = check.string(data, "kind", "")
+    else:
+        config = data.get("config")
+        section = config.get("protocol") if isinstance(config, Mapping) else None
+        name = section.get("name") if isinstance(section, Mapping) else None
+        top = data.get("protocol")
+        if isinstance(name, str):
+            kind, origin = name, "config.protocol.name"
+        elif isinstance(top, str) and top in KINDS:
+            kind, origin = top, "protocol"
+        else:
+            kind, origin = "mlrc", "the default protocol kind"
+        how = (f"no 'kind': {kind!r} from {origin}",)
+    if kind not in KINDS:
+        raise RecordError(
+            f"Run record {check.source}: unknown kind {kind!r} (key 'kind' or config.protocol.name); "
+            f"known kinds: {', '.join(sorted(KINDS))}."
+        )
+    return kind, how
+
+
+def _interval(check: _Check, value: object, key: str) -> Interval:
+    cell = check.obj(value, key)
+    if "mean" not in cell:
+        check.missing(f"{key}.mean", "a number or null")
+    return Interval(
+        check.opt_number(cell["mean"], key + ".mean"),
+        check.opt_number(cell.get("half_width"), key + ".half_width"),
+    )
+
+
+def _test(check: _Check, data: Mapping[str, Any], kind: str) -> TestResults:
+    test = check.obj(check.get(data, "test", "", required=True, expected="an object"), "test")
+    reps = check.integer(check.get(test, "reps", "test.", required=True, expected="an integer"), "test.reps")
+    metrics = check.strings(
+        check.get(test, "metrics", "test.", required=True, expected="a list of metric names"), "test.metrics"
+    )
+    default = KINDS[kind]
+    if "modes" in test:
+        labels = check.opt_obj(test, "mode_labels", "test.")
+        modes = tuple((m, str(labels.get(m, m))) for m in check.strings(test["modes"], "test.modes"))
+    elif default is None:
+        check.missing("test.modes", f"a list of mode names; a {kind} record names its evaluation modes")
+    else:
+        modes = default
+    summary = {
+        mode: {
+            m: _interval(check, cell, f"test.summary.{mode}.{m}")
+            for m, cell in check.obj(cells, f"test.summary.{mode}").items()
+        }
+        for mode, cells in check.opt_obj(test, "summary", "test.").items()
+    }
+    per_rep: dict[str, dict[str, tuple[float, ...]]] = {}
+    for mode, values in check.opt_obj(test, "per_rep", "test.").items():
+        per_rep[mode] = {}
+        for m, reps_values in check.obj(values, f"test.per_rep.{mode}").items():
+            key = f"test.per_rep.{mode}.{m}"
+            per_rep[mode][m] = tuple(
+                check.number(v, f"{key}[{i}]") for i, v in enumerate(check.seq(reps_values, key))
+            )
+    extra = {
+        name: _interval(check, cell, f"test.extra_summary.{name}")
+        for name, cell in check.opt_obj(test, "extra_summary", "test.").items()
+    }
+    return TestResults(reps, metrics, modes, "modes" in test, summary, per_rep, extra)
+
+
+def _search(check: _Check, data: Mapping[str, Any]) -> Search | None:
+    if data.get("search") is None:
+        return None
+    search = check.obj(data["search"], "search")
+    n_trials = check.integer(
+        check.get(search, "n_trials", "search.", required=True, expected="an integer"), "search.n_trials"
+    )
+    space = {}
+    for name, rng in check.opt_obj(search, "space", "search.").items():
+        key = f"search.space.{name}"
+        r = check.obj(rng, key)
+        low = check.number(check.get(r, "low", key + ".", required=True, expected="a number"), key + ".low")
+        high = check.number(
+            check.get(r, "high", key + ".", required=True, expected="a number"), key + ".high"
+        )
+        space[name] = ParamRange(low, high, bool(r.get("log", False)))
+    trials = []
+    for i, raw in enumerate(check.seq(search.get("trials", []), "search.trials")):
+        key = f"search.trials[{i}]"
+        t = check.obj(raw, key)
+        folds = []
+        for k, fraw in enumerate(check.seq(t.get("folds") or [], key + ".folds")):
+            fkey = f"{key}.folds[{k}]"
+            f = check.obj(fraw, fkey)
+            curve = []
+            for j, point in enumerate(check.seq(f.get("curve") or [], fkey + ".curve")):
+                pkey = f"{fkey}.curve[{j}]"
+                pair = check.seq(point, pkey)
+                if len(pair) != 2:
+                    check.fail(pkey, "an [epoch, value] pair", pair)
+                curve.append((check.number(pair[0], pkey), check.number(pair[1], pkey)))
+            folds.append(Fold(tuple(curve), check.opt_int(f, "best_epoch", fkey + ".")))
+        params = {
+            p: check.number(v, f"{key}.params.{p}") for p, v in check.opt_obj(t, "params", key + ".").items()
+        }
+        trials.append(
+            Trial(
+                check.opt_int(t, "number", key + "."),
+                check.string(t, "state", key + "."),
+                check.opt_number(t.get("value"), key + ".value"),
+                check.opt_string(t, "origin", key + "."),
+                check.opt_number(t.get("fold_sem"), key + ".fold_sem"),
+                params,
+                tuple(folds),
+            )
+        )
+    return Search(n_trials, check.opt_int(search, "best_trial", "search."), space, tuple(trials))
+
+
+def parse_plugins(data: Mapping[str, Any], source: str = "<record>") -> tuple[PluginSource, ...]:
+    """``plugins`` of a record document: where its outside components came from (may be absent)."""
+    check = _Check(source)
+    plugins = []
+    for i, raw in enumerate(check.seq(data.get("plugins", []), "plugins")):
+        key = f"plugins[{i}]."
+        p = check.obj(raw, key[:-1])
+        plugins.append(
+            PluginSource(
+                check.string(p, "kind", key),
+                check.string(p, "ref", key),
+                check.opt_string(p, "sha256", key),
+                check.opt_string(p, "distribution", key),
+                check.opt_string(p, "version", key),
+            )
+        )
+    return tuple(plugins)
+
+
+def parse_record(data: object, source: str = "<record>") -> RunRecord:
+    """Validate a record document (parsed JSON) and return it typed (a missing ``kind`` derived).
+
+    ``source`` (the file) is named in every :class:`RecordError`.
+    """
+    check = _Check(source)
+    if not isinstance(data, Mapping):
+        raise RecordError(f"Run record {source}: not a JSON object (found {_describe(data)}).")
+    version = schema_version(data, source)
+    kind, migrated = _kind(data, check)
+    loss = check.string(data, "loss", "")
+    config = check.opt_obj(data, "config", "")
+    model = check.opt_obj(config, "model", "config.")
+    protocol_section = check.opt_obj(config, "protocol", "config.")
+    git = check.opt_obj(check.opt_obj(data, "environment", ""), "git", "environment.")
+    untrained = {
+        mode: {
+            m: check.opt_number(v, f"untrained.{mode}.{m}")
+            for m, v in check.obj(cells, f"untrained.{mode}").items()
+        }
+        for mode, cells in check.opt_obj(data, "untrained", "").items()
+    }
+    deviations = []
+    for i, raw in enumerate(check.seq(data.get("deviations", []), "deviations")):
+        d = check.obj(raw, f"deviations[{i}]")
+        deviations.append(
+            Deviation(check.string(d, "key", f"deviations[{i}]."), d.get("paper"), d.get("value"))
+        )
+    seed = data.get("seed")
+    return RunRecord(
+        source=source,
+        version=version,
+        kind=kind,
+        protocol=check.string(data, "protocol", "", default=""),
+        dataset=check.string(data, "dataset", "", default=""),
+        loss=loss,
+        loss_display_name=check.string(data, "loss_display_name", "", default=loss),
+        budget=check.string(data, "budget", "", default="unknown"),
+        seed=None if seed is None else check.integer(seed, "seed"),
+        created=check.string(data, "created", "", default=""),
+        git_commit=str(git.get("commit", "unknown")),
+        dirty=bool(git.get("dirty")),
+        embedding_dim=model.get("embedding_dim") if isinstance(model.get("embedding_dim"), int) else None,
+        n_folds=protocol_section.get("n_folds") if isinstance(protocol_section.get("n_folds"), int) else None,
+        test=_test(check, data, kind),
+        untrained=untrained,
+        deviations=tuple(deviations),
+        notes=check.strings(data.get("notes", []), "notes"),
+        plugins=parse_plugins(data, source),
+        search=_search(check, data),
+        timings_s={
+            k: check.opt_number(v, f"timings_s.{k}") for k, v in check.opt_obj(data, "timings_s", "").items()
+        },
+        migrated=migrated,
+        document=data,
+    )
+
+
+def as_record(record: RunRecord | Mapping[str, Any]) -> RunRecord:
+    """``record`` typed: a :class:`RunRecord` as is, a plain document parsed (for scripts and tests)."""
+    return record if isinstance(record, RunRecord) else parse_record(record)
+
+
+def latest_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[RunRecord]:
+    """The newest record of each loss (by ``created``; of equal ones the later given), by loss name.
+
+    The one rule every reader uses to choose a budget's records (leaderboard rows, footers, plots,
+    significance tests, the published-value join).
+    """
+    latest: dict[str, RunRecord] = {}
+    for r in sorted(map(as_record, records), key=lambda r: (r.created, r.loss)):
+        latest[r.loss] = r
+    return sorted(latest.values(), key=lambda r: r.loss)
+
+
+def load_record(path: Path) -> RunRecord:
+    """Read and validate one record file (unreadable JSON is a :class:`RecordError` too)."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"Run record {path} cannot be read: {exc}") from None
+    return parse_record(data, str(path))
+
+
+def load_records(folder: Path) -> list[RunRecord]:
+    """Every record in ``folder`` (``*.json``), validated, oldest first (by ``created``, then loss).
+
+    A file that is not readable JSON (e.g. truncated by a full disk) is skipped with a warning, so
+    one damaged file does not hide every other result; a readable record that breaks the schema is
+    a :class:`RecordError` naming the file and the key.
+    """
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            with path.open(encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            print(f"dmlbench: warning: skipping unreadable record {path}: {exc}", file=sys.stderr)
+            continue
+        if not isinstance(data, Mapping):
+            print(f"dmlbench: warning: skipping {path}: not a run record (a JSON object)", file=sys.stderr)
+            continue
+        records.append(parse_record(data, str(path)))
+    return sorted(records, key=lambda r: (r.created, r.loss))
+
+
+def nan_if_none(x: float | None) -> float:
+    """``None`` -> NaN (a missing value in a table cell)."""
+    return math.nan if x is None else float(x)

@@ -1,0 +1,139 @@
+"""The run record schema (benchmark.records): committed records validate, bad ones fail naming the
+file and the key, records without ``kind`` migrate by the stated rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report_tables import MLRC, make_record, write
+
+from benchmark.records import KINDS, SCHEMA, RecordError, load_record, load_records, parse_record
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+COMMITTED = sorted(RESULTS.glob("*/*/records/*.json"))
+BASE = {"map_at_r": 0.3, "precision_at_1": 0.6, "r_precision": 0.4}
+
+
+def test_there_are_committed_records() -> None:
+    assert len(COMMITTED) >= 10
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: "/".join(p.parts[-4:]))
+def test_every_committed_record_validates(path: Path) -> None:
+    document = json.loads(path.read_text(encoding="utf-8"))
+    record = load_record(path)
+    protocol = path.parent.parent.name
+    # Written before records carried `kind`: derived from config.protocol.name, and said so.
+    assert "kind" not in document
+    assert record.kind == document["config"]["protocol"]["name"] == protocol
+    assert record.migrated == (f"no 'kind': {protocol!r} from config.protocol.name",)
+    assert record.version == 1 and document["schema"] == SCHEMA
+    assert record.loss == document["loss"] and record.budget == document["budget"]
+    assert list(record.test.metrics) == document["test"]["metrics"] and record.test.metrics
+    mode = record.test.modes[0][0]
+    metric = record.test.metrics[0]
+    assert record.test.summary[mode][metric].mean == document["test"]["summary"][mode][metric]["mean"]
+    assert record.commit == document["environment"]["git"]["commit"][:10] + (
+        "+dirty" if document["environment"]["git"]["dirty"] else ""
+    )
+    assert (record.search is not None) == (protocol == "mlrc")
+    if record.search is not None:
+        assert len(record.search.trials) == len(document["search"]["trials"])
+        assert record.search.n_trials == document["search"]["n_trials"]
+
+
+def _doc(**changes: Any) -> dict[str, Any]:
+    record = make_record("ms", "MS", BASE, "1")
+    record.update(changes)
+    return record
+
+
+def test_explicit_kind_is_kept_and_not_migrated() -> None:
+    record = parse_record(_doc(kind="mlrc"))
+    assert record.kind == "mlrc" and record.migrated == ()
+    assert record.test.modes == (("separated", "Sep."), ("concatenated", "Concat."))
+
+
+def test_old_record_without_kind_or_schema_migrates() -> None:
+    named = _doc(config={"protocol": {"name": "traditional", "n_folds": 1}})
+    named["test"] = {**named["test"], "modes": ["test"], "mode_labels": {"test": "Test"}}
+    record = parse_record(named)
+    assert record.kind == "traditional" and record.test.modes == (("test", "Test"),)
+    assert record.migrated == ("no 'kind': 'traditional' from config.protocol.name",)
+    bare = _doc(protocol="cbir", config={})
+    del bare["schema"]
+    bare["test"] = {**bare["test"], "modes": ["brute_force"]}
+    record = parse_record(bare)
+    assert (record.version, record.kind) == (1, "cbir")
+    assert record.migrated == ("no 'kind': 'cbir' from protocol",)
+    record = parse_record(_doc(protocol="my_mlrc_variant", config={}))
+    assert record.kind == "mlrc" and record.migrated == ("no 'kind': 'mlrc' from the default protocol kind",)
+
+
+def test_wrong_type_names_file_key_and_expected_type(tmp_path: Path) -> None:
+    bad = _doc()
+    bad["test"] = {**bad["test"], "reps": "3"}
+    path = tmp_path / "ms.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(RecordError, match=rf"{path}: key 'test.reps' must be an integer, found a string"):
+        load_record(path)
+    bad = _doc()
+    bad["test"]["summary"]["separated"]["map_at_r"]["mean"] = "high"
+    with pytest.raises(RecordError, match=r"'test.summary.separated.map_at_r.mean' must be a number"):
+        parse_record(bad, "x.json")
+    bad = _doc(deviations=[{"paper": 1, "value": 2}])
+    with pytest.raises(
+        RecordError, match=r"x.json: required key 'deviations\[0\].key' \(a string\) is missing"
+    ):
+        parse_record(bad, "x.json")
+    no_test = _doc()
+    del no_test["test"]
+    with pytest.raises(RecordError, match=r"required key 'test' \(an object\) is missing"):
+        parse_record(no_test, "x.json")
+
+
+def test_unknown_kind_lists_the_known_ones() -> None:
+    with pytest.raises(
+        RecordError, match=r"x.json: unknown kind 'retrieval'.*known kinds: cbir, mlrc, traditional"
+    ):
+        parse_record(_doc(kind="retrieval"), "x.json")
+    with pytest.raises(RecordError, match="unknown kind 'nope'"):
+        parse_record(_doc(config={"protocol": {"name": "nope"}}), "x.json")
+    assert set(KINDS) >= {"mlrc", "traditional", "cbir"}
+
+
+def test_a_kind_without_default_modes_must_name_them() -> None:
+    with pytest.raises(
+        RecordError, match=r"required key 'test.modes'.*a cbir record names its evaluation modes"
+    ):
+        parse_record(_doc(kind="cbir"), "x.json")
+
+
+def test_future_and_foreign_schema_fail() -> None:
+    with pytest.raises(
+        RecordError, match=r"x.json has schema 'dmlbench.run/2', newer than .*upgrade dmlbench"
+    ):
+        parse_record(_doc(schema="dmlbench.run/2"), "x.json")
+    with pytest.raises(RecordError, match="not a dmlbench run record"):
+        parse_record(_doc(schema="other.tool/1"), "x.json")
+    with pytest.raises(RecordError, match="no valid version"):
+        parse_record(_doc(schema="dmlbench.run/one"), "x.json")
+    with pytest.raises(RecordError, match="not a JSON object"):
+        parse_record([1, 2], "x.json")
+
+
+def test_unreadable_files_are_skipped_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write(tmp_path, [make_record("ms", "MS", BASE, "1")])
+    folder = root / "glyphs" / "mlrc" / "records"
+    (folder / "truncated.json").write_text('{"loss": "x", "te')
+    (folder / "list.json").write_text("[]")
+    records = load_records(folder)
+    assert [r.loss for r in records] == ["ms"] and list(records[0].test.metrics) == MLRC
+    err = capsys.readouterr().err
+    assert f"skipping unreadable record {folder / 'truncated.json'}" in err
+    assert f"skipping {folder / 'list.json'}: not a run record" in err
