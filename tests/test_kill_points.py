@@ -74,7 +74,8 @@ def dmlbench(root: Path, cache: Path, kill_at: str | None = None) -> subprocess.
 
 def record(root: Path) -> dict[str, Any]:
     path = root / "results" / "glyphs" / "mlrc" / "records" / "contrastive.smoke.seed0.json"
-    return json.loads(path.read_text())
+    rec: dict[str, Any] = json.loads(path.read_text())
+    return rec
 
 
 def comparable(rec: dict[str, Any]) -> dict[str, Any]:

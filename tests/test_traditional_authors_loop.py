@@ -25,7 +25,7 @@ from benchmark.config import (
 from benchmark.data.augment import IMAGENET_AUGMENT
 from benchmark.data.base import ImageDataset
 from benchmark.errors import ConfigError
-from benchmark.models.trunks import build_model
+from benchmark.models.trunks import EmbeddingModel, build_model
 from benchmark.protocol.runner import AUGMENTS, dataset_paper_settings, validate_common
 from benchmark.protocol.train import build_fold_model, train_with_loss
 from benchmark.protocol.training_options import LoopControl, configure_model
@@ -56,7 +56,7 @@ def test_the_protocol_file_holds_the_authors_settings() -> None:
     )
 
 
-def _small_model(seed: int = 0, **model: object) -> torch.nn.Module:
+def _small_model(seed: int = 0, **model: object) -> EmbeddingModel:
     options = config_from_mapping({"model": {"trunk": "smallcnn", "pretrained": False, **model}}).model
     return configure_model(
         build_model("smallcnn", 3, 64, pretrained=False, weights_path="", seed=seed), options, seed
@@ -66,7 +66,7 @@ def _small_model(seed: int = 0, **model: object) -> torch.nn.Module:
 def test_avg_max_pooling_is_the_sum_of_both() -> None:
     model = _small_model(pooling="avg+max")
     x = torch.randn(2, 3, 16, 16)
-    fmap = model.trunk.features(x)
+    fmap = model.trunk.get_submodule("features")(x)
     assert torch.allclose(model.trunk(x), fmap.mean(dim=(2, 3)) + fmap.amax(dim=(2, 3)))
     with pytest.raises(ConfigError, match=r"model\.pooling"):
         configure_model(
@@ -102,6 +102,7 @@ def test_step_decay_and_value_clipping() -> None:
         control.end_epoch()
     assert lrs[0] == lrs[9] == 1e-4 and lrs[10] == lrs[19] == 5e-5 and lrs[20] == 2.5e-5
     (model(torch.full((4, 3), 1e3)).sum() * 1e3).backward()
+    assert model.weight.grad is not None
     assert float(model.weight.grad.abs().max()) > 10
     control.after_backward()
     assert float(model.weight.grad.abs().max()) == 10
