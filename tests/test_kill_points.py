@@ -33,6 +33,12 @@ ARGS = [
     "search.n_startup_trials=2",
     "--set",
     f"test.reps={REPS}",
+    # Every kill point lies between trials, folds, repetitions or writes, none inside an epoch:
+    # one short epoch per fold reaches them all (11 runs of this test, the suite's slowest).
+    "--set",
+    "train.max_epochs=1",
+    "--set",
+    "train.iters_per_epoch=2",
 ]
 
 # In the order a run reaches them; each kill lands in the middle of a different kind of step.
