@@ -190,7 +190,7 @@ def instrument(timers: Timers) -> Callable[[], None]:
 
     patch("make_optimizer", make_optimizer)
 
-    real_backward = torch.Tensor.backward
+    real_backward: Callable[..., None] = torch.Tensor.backward  # torch leaves it unannotated
 
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         with timers.time("backward"):

@@ -69,11 +69,11 @@ def captured_losses() -> Iterator[list[nn.Module]]:
         built.append(loss)
         return loss
 
-    train_module.build_loss = recording  # type: ignore[attr-defined]
+    train_module.build_loss = recording
     try:
         yield built
     finally:
-        train_module.build_loss = build_loss  # type: ignore[attr-defined]
+        train_module.build_loss = build_loss
     if not built:
         raise SystemExit(
             "train_fold no longer calls benchmark.protocol.train.build_loss; update this script."

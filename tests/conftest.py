@@ -1,4 +1,5 @@
-"""Shared fixtures: a per-session dataset cache and paths to the real Omniglot data."""
+"""Shared fixtures: a per-session dataset cache and paths to the real Omniglot data; slow tests
+first when the suite runs in parallel (pytest-xdist)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = Path(os.environ.get("DMLBENCH_TEST_CACHE", tmp_path_factory.mktemp("cache")))
     os.environ["DMLBENCH_CACHE"] = str(path)
     return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, start the ``slow`` tests (minutes each) first.
+
+    xdist hands out tests in collection order; a long test collected last would run alone at the
+    end while the other workers idle. Every worker sorts the same way (a stable sort), as xdist
+    requires; a serial run keeps the collection order.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -28,7 +28,8 @@ SMOKE = ["--budget", "smoke", "--quiet"]
 
 def load_record(results: Path, loss: str = "mfcont", budget: str = "smoke") -> dict[str, Any]:
     path = results / "glyphs" / "mlrc" / "records" / f"{loss}.{budget}.seed0.json"
-    return json.loads(path.read_text())
+    rec: dict[str, Any] = json.loads(path.read_text())
+    return rec
 
 
 @pytest.fixture(scope="module")
@@ -282,8 +283,9 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
+    stderr = proc.stderr  # the narrowed type, for the lambda below
     log: list[str] = []
-    reader = threading.Thread(target=lambda: log.extend(iter(lambda: proc.stderr.read(256), "")), daemon=True)
+    reader = threading.Thread(target=lambda: log.extend(iter(lambda: stderr.read(256), "")), daemon=True)
     reader.start()
     try:
         # Both workers past their start-up and training (progress shows epochs of two folds).

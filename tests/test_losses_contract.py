@@ -52,7 +52,7 @@ def assert_finite_forward_backward(loss: nn.Module, emb: Tensor, labels: Tensor,
     emb = emb.clone().requires_grad_()
     for p in loss.parameters():
         p.grad = None
-    value = loss(emb, labels)
+    value: Tensor = loss(emb, labels)
     assert value.ndim == 0, f"{what}: loss is not a scalar"
     assert torch.isfinite(value), f"{what}: loss is {value.item()}"
     value.backward()

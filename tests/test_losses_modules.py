@@ -78,12 +78,21 @@ def _pair(name: str) -> Reference:
 
 
 def _softmax(name: str) -> Reference:
-    return lambda loss, emb, labels, p: softmax_family_reference(name, emb, labels, loss.W.detach(), p)
+    return lambda loss, emb, labels, p: softmax_family_reference(
+        name, emb, labels, loss.get_parameter("W").detach(), p
+    )
 
 
 def _mpa(variant: str) -> Reference:
     return lambda loss, emb, labels, p: mpa_reference(
-        variant, emb, labels, loss.proxies.detach(), p["alpha"], p["delta"], p["gamma"], p["tau"]
+        variant,
+        emb,
+        labels,
+        loss.get_parameter("proxies").detach(),
+        p["alpha"],
+        p["delta"],
+        p["gamma"],
+        p["tau"],
     )
 
 
@@ -98,24 +107,34 @@ REFERENCES: dict[str, Reference] = {
     "softtriple": lambda loss, emb, labels, p: softtriple_reference(
         emb,
         labels,
-        loss.fc.detach().T.reshape(NUM_CLASSES, int(p["centers_per_class"]), DIM),
+        loss.get_parameter("fc").detach().T.reshape(NUM_CLASSES, int(p["centers_per_class"]), DIM),
         p["la"],
         p["gamma"],
         p["margin"],
         p["reg_weight"],
     ),
     "proxyanchor": lambda loss, emb, labels, p: proxy_anchor_reference(
-        emb, labels, loss.proxies.detach(), p["alpha"], p["margin"]
+        emb, labels, loss.get_parameter("proxies").detach(), p["alpha"], p["margin"]
     ),
     "mfcont": lambda loss, emb, labels, p: mfcont_reference(
-        emb, labels, loss.mean_fields.detach(), p["m_p"], p["m_n"], p["lambda_mf"]
+        emb, labels, loss.get_parameter("mean_fields").detach(), p["m_p"], p["m_n"], p["lambda_mf"]
     ),
     "cwms": lambda loss, emb, labels, p: cwms_reference(emb, labels, p["alpha"], p["beta"], p["delta"]),
     "mfcwms": lambda loss, emb, labels, p: mfcwms_reference(
-        emb, labels, loss.mean_fields.detach(), p["alpha"], p["beta"], p["delta"], p["lambda_mf"]
+        emb,
+        labels,
+        loss.get_parameter("mean_fields").detach(),
+        p["alpha"],
+        p["beta"],
+        p["delta"],
+        p["lambda_mf"],
     ),
-    "mfnca": lambda loss, emb, labels, p: mfnca_reference(emb, labels, loss.mean_fields.detach(), p["alpha"]),
-    "cam": lambda loss, emb, labels, p: cam_reference(emb, labels, loss.anchors.detach(), p["m"], p["p"]),
+    "mfnca": lambda loss, emb, labels, p: mfnca_reference(
+        emb, labels, loss.get_parameter("mean_fields").detach(), p["alpha"]
+    ),
+    "cam": lambda loss, emb, labels, p: cam_reference(
+        emb, labels, loss.get_parameter("anchors").detach(), p["m"], p["p"]
+    ),
 }
 
 

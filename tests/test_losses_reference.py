@@ -8,7 +8,7 @@ reads. The references are built from torch scalars so autograd also gives refere
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 import torch
@@ -33,12 +33,23 @@ def _rand(*shape: int, seed: int) -> Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
+def _tsum(terms: Iterable[Tensor]) -> Tensor:
+    """Python's ``sum`` of tensor terms, typed as a tensor.
+
+    typeshed types ``sum`` as ``Tensor | Literal[0]`` (0 only for no terms); every sum here has
+    at least one term, and the assert says so instead of a cast.
+    """
+    total = sum(terms)
+    assert isinstance(total, Tensor)
+    return total
+
+
 def _unit(v: Tensor) -> Tensor:
-    return v / torch.sqrt(sum(x * x for x in v))  # type: ignore[arg-type]
+    return v / torch.sqrt(_tsum(x * x for x in v))
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
-    return sum(a[k] * b[k] for k in range(a.shape[0]))  # type: ignore[return-value]
+    return _tsum(a[k] * b[k] for k in range(a.shape[0]))
 
 
 def _relu(x: Tensor) -> Tensor:
@@ -121,7 +132,7 @@ def test_mfcont_gradcheck(m_p: float, m_n: float, lam: float) -> None:
 def test_mfcont_module_uses_its_mean_fields() -> None:
     loss = build_loss("mfcont", LossContext(NUM_CLASSES, DIM), {"m_n": 1.2, "lambda_mf": 0.5}).double()
     emb = _rand(len(LABELS), DIM, seed=5)
-    want = mfcont_reference(emb, LABELS, loss.mean_fields.detach(), 0.02, 1.2, 0.5)
+    want = mfcont_reference(emb, LABELS, loss.get_parameter("mean_fields").detach(), 0.02, 1.2, 0.5)
     torch.testing.assert_close(loss(emb, LABELS), want, rtol=TOL, atol=TOL)
 
 
@@ -134,7 +145,7 @@ def cwms_reference(emb: Tensor, labels: Tensor, alpha: float, beta: float, delta
     pos = emb.new_zeros(())
     for c in classes:
         idx = _members(labels, c)
-        p_c = sum(torch.exp(-alpha * (_dot(e[i], e[j]) - delta)) for i in idx for j in idx) / len(idx) ** 2
+        p_c = _tsum(torch.exp(-alpha * (_dot(e[i], e[j]) - delta)) for i in idx for j in idx) / len(idx) ** 2
         pos = pos + torch.log(1 + p_c / 2)
     neg = emb.new_zeros(())
     for c in classes:
@@ -142,7 +153,7 @@ def cwms_reference(emb: Tensor, labels: Tensor, alpha: float, beta: float, delta
             if c == c2:
                 continue
             idx, idx2 = _members(labels, c), _members(labels, c2)
-            n = sum(torch.exp(beta * (_dot(e[i], e[j]) - delta)) for i in idx for j in idx2)
+            n = _tsum(torch.exp(beta * (_dot(e[i], e[j]) - delta)) for i in idx for j in idx2)
             neg = neg + torch.log(1 + n / (len(idx) * len(idx2)))
     return pos / (alpha * len(classes)) + neg / (2 * beta * len(classes))
 
@@ -169,13 +180,13 @@ def mfcwms_reference(
     pos = emb.new_zeros(())
     for c in classes:
         idx = _members(labels, c)
-        p_c = sum(torch.exp(-alpha * (_dot(e[i], w[c]) - delta)) for i in idx) / len(idx)
+        p_c = _tsum(torch.exp(-alpha * (_dot(e[i], w[c]) - delta)) for i in idx) / len(idx)
         pos = pos + torch.log(1 + p_c)
     n = [[emb.new_zeros(()) for _ in range(num_classes)] for _ in range(num_classes)]
     for c in classes:
         idx = _members(labels, c)
         for c2 in range(num_classes):
-            n[c][c2] = sum(torch.exp(beta * (_dot(e[i], w[c2]) - delta)) for i in idx) / len(idx)
+            n[c][c2] = _tsum(torch.exp(beta * (_dot(e[i], w[c2]) - delta)) for i in idx) / len(idx)
     neg = emb.new_zeros(())
     for c in range(num_classes):
         for c2 in range(num_classes):
@@ -212,12 +223,12 @@ def mfnca_reference(emb: Tensor, labels: Tensor, fields: Tensor, alpha: float) -
 
     first = emb.new_zeros(())
     for i, y in enumerate(labels.tolist()):
-        first = first - torch.log(k(i, y) / sum(k(i, c) for c in range(len(w))))
+        first = first - torch.log(k(i, y) / _tsum(k(i, c) for c in range(len(w))))
     second = emb.new_zeros(())
     classes = _classes(labels)
     for c in classes:
-        num = sum(k(j, c) for j in _members(labels, c))
-        den = sum(k(j, c) for j in range(len(e)))
+        num = _tsum(k(j, c) for j in _members(labels, c))
+        den = _tsum(k(j, c) for j in range(len(e)))
         second = second - torch.log(num / den)
     return first / len(e) + second / len(classes)
 
@@ -238,7 +249,7 @@ def test_mfnca_matches_loop_reference(alpha: float) -> None:
 
 def cam_reference(emb: Tensor, labels: Tensor, anchors: Tensor, m: float, p: float) -> Tensor:
     def norm(v: Tensor) -> Tensor:
-        return torch.sqrt(sum(x * x for x in v))  # type: ignore[arg-type]
+        return torch.sqrt(_tsum(x * x for x in v))
 
     attract = emb.new_zeros(())
     for i, y in enumerate(labels.tolist()):
@@ -249,8 +260,8 @@ def cam_reference(emb: Tensor, labels: Tensor, anchors: Tensor, m: float, p: flo
         for y2 in range(anchors.shape[0]):
             if y != y2:
                 repel = repel + _relu(2 * m - norm(anchors[y] - anchors[y2])) ** 2
-    norm_term = sum(_relu(p - norm(anchors[y])) ** 2 for y in range(anchors.shape[0]))
-    return attract + 0.5 * repel + 0.5 * norm_term  # type: ignore[return-value]
+    norm_term = _tsum(_relu(p - norm(anchors[y])) ** 2 for y in range(anchors.shape[0]))
+    return attract + 0.5 * repel + 0.5 * norm_term
 
 
 @pytest.mark.parametrize(("m", "p"), [(2.0, 1.0), (0.5, 3.0), (1.5, 0.1)])
@@ -267,7 +278,7 @@ def test_cam_matches_loop_reference(m: float, p: float) -> None:
 @pytest.mark.parametrize(("num_classes", "dim"), [(3, DIM), (NUM_CLASSES, DIM)])
 def test_cam_initial_anchors(num_classes: int, dim: int) -> None:
     m = 1.5
-    anchors = build_loss("cam", LossContext(num_classes, dim), {"m": m}).anchors.detach()
+    anchors = build_loss("cam", LossContext(num_classes, dim), {"m": m}).get_parameter("anchors").detach()
     # Every anchor has norm √2·m; with C <= D they are scaled one-hot vectors, exactly 2m apart
     # (their m-spheres touch), otherwise random directions.
     torch.testing.assert_close(anchors.norm(dim=1), torch.full((num_classes,), math.sqrt(2) * m))
@@ -283,8 +294,8 @@ def test_cam_initial_anchors(num_classes: int, dim: int) -> None:
 
 def relaxed_similarity_reference(e: Tensor, proxies: list[list[Tensor]], c: int, gamma: float) -> Tensor:
     sims = [_dot(e, w) for w in proxies[c]]
-    z = sum(torch.exp(s / gamma) for s in sims)
-    return sum(torch.exp(s / gamma) / z * s for s in sims)  # type: ignore[return-value]
+    z = _tsum(torch.exp(s / gamma) for s in sims)
+    return _tsum(torch.exp(s / gamma) / z * s for s in sims)
 
 
 def mpa_regulariser_reference(proxies: list[list[Tensor]]) -> Tensor:
@@ -318,7 +329,7 @@ def mpa_reference(
     if variant == "mpa":
         present = _classes(labels)
         for c in present:
-            s = sum(torch.exp(-alpha * (sim[i][c] - delta)) for i in range(len(e)) if ys[i] == c)
+            s = _tsum(torch.exp(-alpha * (sim[i][c] - delta)) for i in range(len(e)) if ys[i] == c)
             loss = loss + torch.log(1 + s) / len(present)
         for c in range(num_classes):
             s = sum(
@@ -330,13 +341,13 @@ def mpa_reference(
         for i in range(len(e)):
             pos = torch.log(1 + torch.exp(-alpha * (sim[i][ys[i]] - delta)))
             neg = torch.log(
-                1 + sum(torch.exp(alpha * (sim[i][c] + delta)) for c in range(num_classes) if c != ys[i])
+                1 + _tsum(torch.exp(alpha * (sim[i][c] + delta)) for c in range(num_classes) if c != ys[i])
             )
             loss = loss + (pos + neg) / len(e)
     else:
         for i in range(len(e)):
             shifted = [delta - sim[i][c] if c == ys[i] else sim[i][c] + delta for c in range(num_classes)]
-            loss = loss + torch.log(1 + sum(torch.exp(alpha * s) for s in shifted)) / len(e)
+            loss = loss + torch.log(1 + _tsum(torch.exp(alpha * s) for s in shifted)) / len(e)
     return loss + tau * mpa_regulariser_reference(w)
 
 
@@ -421,9 +432,9 @@ def multi_similarity_mined_reference(
         mined_pos = [j for j in pos if float(s[j]) - eps < hardest_neg]
         mined_neg = [k for k in neg if float(s[k]) + eps > hardest_pos]
         if mined_pos:
-            total = total + torch.log(1 + sum(torch.exp(-alpha * (s[j] - base)) for j in mined_pos)) / alpha
+            total = total + torch.log(1 + _tsum(torch.exp(-alpha * (s[j] - base)) for j in mined_pos)) / alpha
         if mined_neg:
-            total = total + torch.log(1 + sum(torch.exp(beta * (s[k] - base)) for k in mined_neg)) / beta
+            total = total + torch.log(1 + _tsum(torch.exp(beta * (s[k] - base)) for k in mined_neg)) / beta
     return total / n
 
 
@@ -449,17 +460,19 @@ def proxy_anchor_reference(
     p = [_unit(proxies[c]) for c in range(proxies.shape[0])]
     ys = labels.tolist()
     present = _classes(labels)
-    pos = sum(
+    pos = _tsum(
         torch.log(
-            1 + sum(torch.exp(-alpha * (_dot(e[i], p[c]) - delta)) for i in range(len(e)) if ys[i] == c)
+            1 + _tsum(torch.exp(-alpha * (_dot(e[i], p[c]) - delta)) for i in range(len(e)) if ys[i] == c)
         )
         for c in present
     )
-    neg = sum(
-        torch.log(1 + sum(torch.exp(alpha * (_dot(e[i], p[c]) + delta)) for i in range(len(e)) if ys[i] != c))
+    neg = _tsum(
+        torch.log(
+            1 + _tsum(torch.exp(alpha * (_dot(e[i], p[c]) + delta)) for i in range(len(e)) if ys[i] != c)
+        )
         for c in range(len(p))
     )
-    return pos / len(present) + neg / len(p)  # type: ignore[operator, no-any-return]
+    return pos / len(present) + neg / len(p)
 
 
 @pytest.mark.parametrize(("alpha", "margin"), [(32.0, 0.1), (1.5, 0.7)])
@@ -468,7 +481,7 @@ def test_proxyanchor_matches_published_formula(alpha: float, margin: float) -> N
         "proxyanchor", LossContext(NUM_CLASSES, DIM), {"alpha": alpha, "margin": margin}
     ).double()
     emb = _rand(len(LABELS), DIM, seed=19)
-    want = proxy_anchor_reference(emb, LABELS, loss.proxies.detach(), alpha, margin)
+    want = proxy_anchor_reference(emb, LABELS, loss.get_parameter("proxies").detach(), alpha, margin)
     torch.testing.assert_close(loss(emb, LABELS), want, rtol=TOL, atol=TOL)
 
 
@@ -485,7 +498,7 @@ def softtriple_reference(
             la * (relaxed_similarity_reference(e, w, c, gamma) - (margin if c == y else 0.0))
             for c in range(num_classes)
         ]
-        total = total - torch.log(torch.exp(logits[y]) / sum(torch.exp(z) for z in logits))
+        total = total - torch.log(torch.exp(logits[y]) / _tsum(torch.exp(z) for z in logits))
     return total / emb.shape[0] + tau * mpa_regulariser_reference(w)
 
 
@@ -494,7 +507,7 @@ def test_softtriple_matches_published_formula(la: float, gamma: float, margin: f
     params = {"la": la, "gamma": gamma, "margin": margin, "reg_weight": tau, "centers_per_class": 3.0}
     loss = build_loss("softtriple", LossContext(NUM_CLASSES, DIM), params).double()
     # PML stores the centres as columns of a (D, C*K) matrix, class-major.
-    centres = loss.fc.detach().T.reshape(NUM_CLASSES, 3, DIM)
+    centres = loss.get_parameter("fc").detach().T.reshape(NUM_CLASSES, 3, DIM)
     emb = _rand(len(LABELS), DIM, seed=20)
     want = softtriple_reference(emb, LABELS, centres, la, gamma, margin, tau)
     torch.testing.assert_close(loss(emb, LABELS), want, rtol=TOL, atol=TOL)
@@ -517,12 +530,12 @@ def test_proxynca_log_space_matches_pml(scale: float) -> None:
 
 
 def _dist(a: Tensor, b: Tensor) -> Tensor:
-    return torch.sqrt(sum((a[k] - b[k]) ** 2 for k in range(a.shape[0])))  # type: ignore[arg-type]
+    return torch.sqrt(_tsum((a[k] - b[k]) ** 2 for k in range(a.shape[0])))
 
 
 def _mean_non_zero(terms: list[Tensor], like: Tensor) -> Tensor:
     kept = [t for t in terms if t > 0]
-    return sum(kept) / len(kept) if kept else like.new_zeros(())  # type: ignore[return-value]
+    return _tsum(kept) / len(kept) if kept else like.new_zeros(())
 
 
 def _pairs(ys: list[int], positive: bool) -> list[tuple[int, int]]:
@@ -552,28 +565,28 @@ def pml_pair_reference(name: str, emb: Tensor, labels: Tensor, p: dict[str, floa
                 (torch.exp(_dot(e[a], e[r]) / t) for r in range(n) if ys[r] != ys[a]), emb.new_zeros(())
             )
             losses.append(-torch.log(num / den))
-        return sum(losses) / len(losses)  # type: ignore[return-value]
+        return _tsum(losses) / len(losses)
     if name == "margin":
         beta, margin = p["beta"], p["margin"]
         pos_terms = [_relu(_dist(e[a], e[q]) - beta + margin) for a, q, _ in triplets]
         neg_terms = [_relu(beta - _dist(e[a], e[r]) + margin) for a, _, r in triplets]
         active = sum(int(t > 0) for t in pos_terms + neg_terms)
-        return sum(pos_terms + neg_terms) / active  # type: ignore[no-any-return]
+        return _tsum(pos_terms + neg_terms) / active
     if name == "ms":
         alpha, beta, base = p["alpha"], p["beta"], p["base"]
         total = emb.new_zeros(())
         for i in range(n):
-            sp = sum(
+            sp = _tsum(
                 torch.exp(-alpha * (_dot(e[i], e[j]) - base)) for j in range(n) if j != i and ys[j] == ys[i]
             )
-            sn = sum(torch.exp(beta * (_dot(e[i], e[j]) - base)) for j in range(n) if ys[j] != ys[i])
+            sn = _tsum(torch.exp(beta * (_dot(e[i], e[j]) - base)) for j in range(n) if ys[j] != ys[i])
             total = total + torch.log(1 + sp) / alpha + torch.log(1 + sn) / beta
         return total / n
     if name == "snr":
 
         def var(v: Tensor) -> Tensor:  # unbiased, as torch.var
-            mu = sum(v) / len(v)
-            return sum((x - mu) ** 2 for x in v) / (len(v) - 1)  # type: ignore[no-any-return]
+            mu = _tsum(v) / len(v)
+            return _tsum((x - mu) ** 2 for x in v) / (len(v) - 1)
 
         def snr(i: int, j: int) -> Tensor:
             return var(e[i] - e[j]) / var(e[i])
@@ -581,8 +594,8 @@ def pml_pair_reference(name: str, emb: Tensor, labels: Tensor, p: dict[str, floa
         contrastive = _mean_non_zero(
             [_relu(snr(i, j) - p["pos_margin"]) for i, j in pos], emb
         ) + _mean_non_zero([_relu(p["neg_margin"] - snr(i, j)) for i, j in neg], emb)
-        zero_mean = sum(torch.abs(sum(e[i])) for i in range(n)) / n
-        return contrastive + p["reg_weight"] * zero_mean  # type: ignore[no-any-return]
+        zero_mean = _tsum(torch.abs(_tsum(e[i])) for i in range(n)) / n
+        return contrastive + p["reg_weight"] * zero_mean
     raise AssertionError(name)
 
 
@@ -622,7 +635,7 @@ def softmax_family_reference(
             theta = torch.acos(cos[y])
             target = torch.cos(theta + m) if theta <= math.pi - m else cos[y] - m * math.sin(m)
             logits = [p["scale"] * (target if c == y else cos[c]) for c in range(len(w))]
-        total = total - torch.log(torch.exp(logits[y]) / sum(torch.exp(z) for z in logits))
+        total = total - torch.log(torch.exp(logits[y]) / _tsum(torch.exp(z) for z in logits))
     return total / emb.shape[0]
 
 
@@ -638,7 +651,7 @@ PML_SOFTMAX_CASES = [
 def test_pml_softmax_losses_match_loop_reference(name: str, params: dict[str, float]) -> None:
     loss = build_loss(name, LossContext(NUM_CLASSES, DIM), params).double()
     emb = _rand(len(LABELS), DIM, seed=23)
-    want = softmax_family_reference(name, emb, LABELS, loss.W.detach(), params)
+    want = softmax_family_reference(name, emb, LABELS, loss.get_parameter("W").detach(), params)
     torch.testing.assert_close(loss(emb, LABELS), want, rtol=TOL, atol=TOL)
 
 

@@ -289,15 +289,17 @@ def test_anchors_of_dmlbench_losses() -> None:
     ctx = LossContext(num_classes=4, embedding_dim=6)
     cam = build_loss("cam", ctx, {})
     got = anchors_from_loss(cam, ids)
-    np.testing.assert_array_equal(got.vectors, cam.anchors.detach().numpy())
+    np.testing.assert_array_equal(got.vectors, cam.get_parameter("anchors").detach().numpy())
     assert got.classes.tolist() == ids.tolist()
     mf = build_loss("mfcont", ctx, {})
-    np.testing.assert_array_equal(anchors_from_loss(mf, ids).vectors, mf.mean_fields.detach().numpy())
+    np.testing.assert_array_equal(
+        anchors_from_loss(mf, ids).vectors, mf.get_parameter("mean_fields").detach().numpy()
+    )
     mpa = build_loss("mpa", ctx, {"num_proxies": 3})
     multi = anchors_from_loss(mpa, ids)
     assert multi.vectors.shape == (12, 6)
     assert multi.classes.tolist() == np.repeat(ids, 3).tolist()
-    np.testing.assert_array_equal(multi.vectors[4], mpa.proxies.detach().numpy()[1, 1])
+    np.testing.assert_array_equal(multi.vectors[4], mpa.get_parameter("proxies").detach().numpy()[1, 1])
 
 
 def test_anchors_of_pml_classifier_losses_agree_with_their_logits() -> None:
@@ -314,7 +316,9 @@ def test_anchors_of_pml_classifier_losses_agree_with_their_logits() -> None:
     got = nearest_class(anchors_from_loss(norm, ids), e.numpy(), "cosine")
     np.testing.assert_array_equal(got, ids[logits.argmax(dim=1).numpy()])
     proxy = build_loss("proxyanchor", LossContext(10, 8), {})
-    np.testing.assert_array_equal(anchors_from_loss(proxy, ids).vectors, proxy.proxies.detach().numpy())
+    np.testing.assert_array_equal(
+        anchors_from_loss(proxy, ids).vectors, proxy.get_parameter("proxies").detach().numpy()
+    )
 
 
 def test_loss_without_anchors_and_wrong_class_count_are_clear_errors() -> None:

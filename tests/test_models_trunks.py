@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -36,6 +38,7 @@ def test_same_seed_same_init(name: str) -> None:
 def test_frozen_bn_keeps_running_stats() -> None:
     model = build_model("smallcnn", 1, 8, pretrained=False, weights_path="", seed=0)
     bn = next(m for m in model.trunk.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert bn.running_mean is not None  # BatchNorm2d tracks running stats by default
     before = bn.running_mean.clone()
     set_train_mode(model, freeze_trunk_bn=True)
     model(torch.randn(8, 1, 28, 28) + 3)
@@ -50,15 +53,15 @@ def test_pretrained_without_weights_is_an_error() -> None:
         build_model("resnet18", 3, 8, pretrained=True, weights_path="", seed=0)
 
 
-def test_weights_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_weights_roundtrip(tmp_path: Path) -> None:
     src = build_model("resnet18", 3, 8, pretrained=False, weights_path="", seed=1)
     path = tmp_path / "w.pth"
     torch.save(src.trunk.state_dict(), path)
     dst = build_model("resnet18", 3, 8, pretrained=True, weights_path=str(path), seed=2)
-    assert torch.equal(src.trunk.conv1.weight, dst.trunk.conv1.weight)
+    assert torch.equal(src.trunk.get_parameter("conv1.weight"), dst.trunk.get_parameter("conv1.weight"))
 
 
-def test_googlenet_loads_torchvision_weights_with_aux_classifiers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_googlenet_loads_torchvision_weights_with_aux_classifiers(tmp_path: Path) -> None:
     import torchvision
 
     # The layout of torchvision's ImageNet checkpoint: aux1/aux2 and fc are not part of the trunk.
@@ -66,12 +69,16 @@ def test_googlenet_loads_torchvision_weights_with_aux_classifiers(tmp_path) -> N
     path = tmp_path / "googlenet.pth"
     torch.save(src.state_dict(), path)
     dst = build_model("googlenet", 3, 8, pretrained=True, weights_path=str(path), seed=0)
-    assert torch.equal(src.inception5b.branch1.conv.weight, dst.trunk.inception5b.branch1.conv.weight)
+    # get_parameter: nn.Module attribute access is typed Tensor | Module; these are the same parameters.
+    branch = "inception5b.branch1.conv.weight"
+    assert torch.equal(src.get_parameter(branch), dst.trunk.get_parameter(branch))
     gray = build_model("googlenet", 1, 8, pretrained=True, weights_path=str(path), seed=0)
-    assert torch.allclose(gray.trunk.conv1.conv.weight, src.conv1.conv.weight.mean(dim=1, keepdim=True))
+    assert torch.allclose(
+        gray.trunk.get_parameter("conv1.conv.weight"), src.conv1.conv.weight.mean(dim=1, keepdim=True)
+    )
 
 
-def test_timm_trunk_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_timm_trunk_by_name(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm", reason="optional extra dmlbench[timm] not installed")
     model = build_model("timm:resnet10t", 1, 16, pretrained=False, weights_path="", seed=0)
     assert model(torch.randn(2, 1, 64, 64)).shape == (2, 16)
@@ -80,7 +87,7 @@ def test_timm_trunk_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "resnet10t.pth"
     torch.save(src.state_dict(), path)
     dst = build_model("timm:resnet10t", 3, 16, pretrained=True, weights_path=str(path), seed=1)
-    assert torch.equal(src.layer4[0].conv1.weight, dst.trunk.layer4[0].conv1.weight)
+    assert torch.equal(src.layer4[0].conv1.weight, dst.trunk.get_parameter("layer4.0.conv1.weight"))
 
 
 def test_unknown_timm_model_is_a_config_error() -> None:

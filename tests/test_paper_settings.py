@@ -36,7 +36,7 @@ def make_sop_tree(root: Path, n_classes: int = 40, per_class: int = 4) -> Path:
     header = "image_id class_id super_class_id path\n"
     half = n_classes // 2
     for part, ids in (("train", range(1, half + 1)), ("test", range(half + 1, n_classes + 1))):
-        rows = []
+        rows: list[str] = []
         for class_id in ids:
             base = rng.integers(0, 255, 3)
             for k in range(per_class):
@@ -113,7 +113,7 @@ def test_sop_losses_use_two_centres_and_softtriple_no_regulariser() -> None:
     params = {**LOSSES.get("softtriple").defaults, **LOSSES.get("softtriple").defaults_for("sop")}
     loss = build_loss("softtriple", LossContext(5, 8), params)
     assert getattr(loss, "weight_regularizer", None) is None
-    assert tuple(loss.fc.shape) == (8, 5 * 2)
+    assert tuple(loss.get_parameter("fc").shape) == (8, 5 * 2)
 
 
 def test_cwms_defaults_are_the_authors() -> None:

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from benchmark.data import DATASETS
 from benchmark.errors import ConfigError
 from benchmark.losses import LOSSES, LossContext, SearchDim, build_loss
 from benchmark.models.trunks import TRUNKS
+from benchmark.registry import Registry
 from benchmark.report.leaderboard import footer_notes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +54,9 @@ class {cls}(nn.Module):
 def clean_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts without plugins and leaves the registries and the environment as it found them."""
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
-    registries = [(r, dict(r._items)) for r in (LOSSES, DATASETS, TRUNKS)]
+    registries: list[tuple[Registry[Any], dict[str, Any]]] = [
+        (r, dict(r._items)) for r in (LOSSES, DATASETS, TRUNKS)
+    ]
     state = [(d, d.copy()) for d in (plugins._SOURCES, plugins._LOADED)]
     discovered = set(plugins._ALL_DISCOVERED)
     yield

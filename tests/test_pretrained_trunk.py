@@ -10,6 +10,7 @@ import sys
 import unicodedata
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +35,9 @@ NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "foo
 BUILTIN = "builtin:smallcnn-symbols"
 
 
-def _provenance() -> dict:  # type: ignore[type-arg]
-    return json.loads((pretrained.WEIGHTS_DIR / SPEC.provenance_file).read_text())
+def _provenance() -> dict[str, Any]:
+    provenance: dict[str, Any] = json.loads((pretrained.WEIGHTS_DIR / SPEC.provenance_file).read_text())
+    return provenance
 
 
 def _source_codepoints() -> list[int]:

@@ -259,7 +259,7 @@ TINY: dict[str, Any] = {
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:
-    data = json.loads(json.dumps(TINY))
+    data: dict[str, Any] = json.loads(json.dumps(TINY))
     *parents, last = path.split(".")
     cur = data
     for p in parents:

@@ -261,11 +261,14 @@ def _env(cache: Path) -> dict[str, str]:
 
 
 def _record(results: Path, loss: str) -> dict[str, Any]:
-    return json.loads((results / "glyphs" / "mlrc" / "records" / f"{loss}.smoke.seed0.json").read_text())
+    rec: dict[str, Any] = json.loads(
+        (results / "glyphs" / "mlrc" / "records" / f"{loss}.smoke.seed0.json").read_text()
+    )
+    return rec
 
 
 def _check_search(rec: dict[str, Any], n_trials: int) -> list[dict[str, Any]]:
-    trials = rec["search"]["trials"]
+    trials: list[dict[str, Any]] = rec["search"]["trials"]
     numbers = [t["number"] for t in trials]
     assert len(numbers) == len(set(numbers)), "duplicated trial numbers"
     counted = [

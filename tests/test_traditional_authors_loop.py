@@ -67,8 +67,10 @@ def _small_model(seed: int = 0, **model: object) -> torch.nn.Module:
 def test_avg_max_pooling_is_the_sum_of_both() -> None:
     model = _small_model(pooling="avg+max")
     x = torch.randn(2, 3, 16, 16)
-    fmap = model.trunk.features(x)
-    assert torch.allclose(model.trunk(x), fmap.mean(dim=(2, 3)) + fmap.amax(dim=(2, 3)))
+    # get_submodule / get_parameter: nn.Module attribute access is typed Tensor | Module.
+    trunk = model.get_submodule("trunk")
+    fmap = trunk.get_submodule("features")(x)
+    assert torch.allclose(trunk(x), fmap.mean(dim=(2, 3)) + fmap.amax(dim=(2, 3)))
     with pytest.raises(ConfigError, match=r"model\.pooling"):
         configure_model(
             build_model("resnet18", 3, 8, pretrained=False, weights_path="", seed=0),
@@ -79,15 +81,15 @@ def test_avg_max_pooling_is_the_sum_of_both() -> None:
 
 def test_kaiming_embedder_and_frozen_batchnorm_affine() -> None:
     model = _small_model(embedder_init="kaiming", freeze_trunk_bn_affine=True)
-    weight = model.embedder.weight  # (64, 128): fan_out = 64
-    assert torch.all(model.embedder.bias == 0)
+    weight = model.get_parameter("embedder.weight")  # (64, 128): fan_out = 64
+    assert torch.all(model.get_parameter("embedder.bias") == 0)
     assert abs(float(weight.detach().std()) - math.sqrt(2 / 64)) < 0.1 * math.sqrt(2 / 64)
-    bns = [m for m in model.trunk.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    bns = [m for m in model.get_submodule("trunk").modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert bns and all(not p.requires_grad for bn in bns for p in bn.parameters())
-    convs = [m for m in model.trunk.modules() if isinstance(m, torch.nn.Conv2d)]
+    convs = [m for m in model.get_submodule("trunk").modules() if isinstance(m, torch.nn.Conv2d)]
     assert all(p.requires_grad for c in convs for p in c.parameters())
     # Seeded: the same seed gives the same embedder.
-    assert torch.equal(weight, _small_model(embedder_init="kaiming").embedder.weight)
+    assert torch.equal(weight, _small_model(embedder_init="kaiming").get_parameter("embedder.weight"))
 
 
 def test_step_decay_and_value_clipping() -> None:
@@ -103,6 +105,7 @@ def test_step_decay_and_value_clipping() -> None:
         control.end_epoch()
     assert lrs[0] == lrs[9] == 1e-4 and lrs[10] == lrs[19] == 5e-5 and lrs[20] == 2.5e-5
     (model(torch.full((4, 3), 1e3)).sum() * 1e3).backward()
+    assert model.weight.grad is not None
     assert float(model.weight.grad.abs().max()) > 10
     control.after_backward()
     assert float(model.weight.grad.abs().max()) == 10

@@ -18,6 +18,7 @@ from PIL import Image
 import benchmark.protocol.train as train_module
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch_from_whole
+from benchmark.data.standard import LazyImageDataset
 from benchmark.errors import DataError
 from benchmark.protocol.request import dataset_paper_settings
 from benchmark.protocol.run_data import AUGMENTS, load_run_dataset
@@ -88,6 +89,7 @@ def test_training_batches_see_the_border_evaluation_does_not(
     assert _red_pixels(evaluation) == 0  # evaluation: the centre square only, as before
     assert _red_pixels(training) > 0  # training: crops reach the border of the whole image
     # The decoded whole image is the shorter side resized (round(28 * 256 / 227) = 32) and uncropped.
+    assert isinstance(dataset, LazyImageDataset)  # a standard layout loads lazily, whole images included
     (whole,) = dataset.load_whole_images([0])
     assert tuple(whole.shape) == (3, 32, 64)
     assert _red_pixels(eval_batch(dataset.images[0:1])) == 0
@@ -105,7 +107,7 @@ def test_whole_image_crops_cover_the_full_width() -> None:
     assert red[0, :, 0].all() and red[0, :, -1].all()  # both borders of the wide image
     assert red[1, :, 0].all() and not red[1, :, -1].any()  # the narrower image has only the left one
     with pytest.raises(DataError):
-        train_batch_from_whole([image.float()], spec, torch.Generator(), 16)  # type: ignore[list-item]
+        train_batch_from_whole([image.float()], spec, torch.Generator(), 16)
 
 
 def test_batched_whole_image_crops_equal_cropping_each_image_alone() -> None:

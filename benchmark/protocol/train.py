@@ -19,16 +19,21 @@ import torch
 from torch import nn
 
 from benchmark.config import RunConfig
-from benchmark.data.augment import AugmentSpec, eval_batch, train_batch
+from benchmark.data.augment import AugmentSpec, eval_batch
+from benchmark.data.augment import train_batch as train_batch
 from benchmark.data.prefetch import Prefetcher
 from benchmark.data.sampler import MPerClassSampler, PassSampler
 from benchmark.errors import ConfigError, TrainingDiverged
-from benchmark.losses import LOSSES, LossContext, build_loss
-from benchmark.metrics import evaluate
+from benchmark.losses import LOSSES, LossContext
+from benchmark.losses import build_loss as build_loss
+from benchmark.metrics import evaluate as evaluate
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
 from benchmark.protocol.convergence import STOP_REASONS
 from benchmark.protocol.training_options import LoopControl, configure_model
+
+# train_batch, build_loss and evaluate are imported "as" themselves (explicit re-exports for
+# mypy): tests and benchmarks/profile_fold.py patch them as attributes of this module.
 
 #: Why a fold's training stopped (``FoldResult.stopped_by``):
 #:
