@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark import records as record_schema
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS, MLRC_METRICS
@@ -53,7 +54,6 @@ from benchmark.records import (
     nan_if_none,
     parse_plugins,
 )
-from benchmark.records import load_records as load_record_files
 
 MODES = MLRC_MODES
 UNTRAINED = "untrained"
@@ -67,6 +67,11 @@ NO_SHARED_METRIC = (
     "The records share no test metric (their budgets measure different ones), so no metric column "
     "is shown; `dmlbench report --budget <budget>` shows one budget's metrics."
 )
+
+
+def load_record_files(folder: Path) -> list[RunRecord]:
+    """The validated records in ``folder`` (the one read of a leaderboard refresh; tests count it)."""
+    return record_schema.load_records(folder)
 
 
 # -- reading and choosing records -------------------------------------------------------------
