@@ -255,3 +255,21 @@ def test_report_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(root, [make_record("x", "X", {m: 0.1 for m in MLRC}, "1")], dataset="omniglot")
     with pytest.raises(DmlbenchError, match="datasets with 'mlrc' records: glyphs, omniglot"):
         report_cmd.handle(_args(root))
+
+
+@pytest.mark.parametrize(
+    ("model", "label"),
+    [
+        ({"embedding_dim": 128}, "Untrained (init trunk + random embedder)"),
+        ({"embedding_dim": 128, "pretrained": False}, "Untrained (init trunk + random embedder)"),
+        ({"embedding_dim": 128, "pretrained": True}, "Pretrained trunk + random embedder (no training)"),
+    ],
+)
+def test_baseline_row_names_a_pretrained_trunk(model: dict[str, Any], label: str) -> None:
+    """The row of models without training says whether their trunk was pretrained (the mini
+    budget's symbol-pretrained smallcnn, the paper's ImageNet trunk) or random."""
+    base = {"map_at_r": 0.30, "precision_at_1": 0.60, "r_precision": 0.40}
+    rec = make_record("mfcont", "MFCont", base, "1")
+    rec["config"]["model"] = model
+    rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", {"mini": [rec]}, ["map_at_r"]))))
+    assert rows[1][:3] == ["mini", "untrained", label]

@@ -219,6 +219,18 @@ class Row:
 _MISSING = Interval(None, None)
 
 
+def untrained_label(record: RunRecord) -> str:
+    """The baseline row's name: what the trunk of ``record``'s untrained models was.
+
+    With pretrained weights (the paper's ImageNet trunk, the ``mini`` budget's symbol-pretrained
+    smallcnn) the row is the transfer baseline the training must beat, not a random network.
+    """
+    model = record.document.get("config", {}).get("model", {})
+    if model.get("pretrained"):
+        return "Pretrained trunk + random embedder (no training)"
+    return "Untrained (init trunk + random embedder)"
+
+
 def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Modes = MODES) -> list[Row]:
     """Rows of one budget: the untrained model (from the newest record) then one row per loss.
 
@@ -230,7 +242,7 @@ def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Mod
     newest = max(chosen, key=lambda r: r.created)
     rows = [
         Row(
-            "Untrained (init trunk + random embedder)",
+            untrained_label(newest),
             UNTRAINED,
             newest.seed,
             1,
