@@ -15,7 +15,9 @@ random uint8 images and m-per-class labels, for:
   over parameters; on the CPU torch defaults to the loop), as ``make_optimizer`` now builds it;
 * ``cat-check``: the gradient check as one ``isfinite`` over the concatenated gradients;
 * ``channels_last``: model and input in channels-last memory format;
-* ``both``: foreach-opt + cat-check.
+* ``both``: foreach-opt + cat-check;
+* ``foreach+cl``: foreach-opt + channels_last, the step as the fold loop now runs it on the CPU
+  (:func:`benchmark.protocol.train.place_model`).
 
 Variants run in interleaved blocks of ``--steps`` steps (the block order rotates each round, so
 load drift on the shared machine hits them alike), after warm-up; per variant the median block
@@ -40,7 +42,7 @@ from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
 from benchmark.protocol.train import _grads_finite
 
-VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both")
+VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both", "foreach+cl")
 
 
 def grads_finite_cat(params: list[nn.Parameter]) -> bool:
@@ -58,13 +60,13 @@ class Trainer:
         self.loss = build_loss(args.loss, LossContext(n_classes, 128), {})
         self.params = list(self.model.parameters())
         self.loss_params = [p for p in self.loss.parameters() if p.requires_grad]
-        foreach = variant in ("foreach-opt", "both")
+        foreach = variant in ("foreach-opt", "both", "foreach+cl")
         self.opt = self._opt(self.params, 1e-4, 1e-4, foreach)
         self.loss_opt = self._opt(self.loss_params, 1e-3, 0.0, foreach) if self.loss_params else None
         self.check: Callable[[list[nn.Parameter]], bool] = (
             grads_finite_cat if variant in ("cat-check", "both") else _grads_finite
         )
-        self.channels_last = variant == "channels_last"
+        self.channels_last = variant in ("channels_last", "foreach+cl")
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
 

@@ -37,7 +37,7 @@ CASES = {
     ),
     "unknown budget": (
         ["--loss", "mfcont", "--budget", "minii"],
-        ["Unknown budget 'minii'", "Did you mean 'mini'", "paper, mini, converge, smoke"],
+        ["Unknown budget 'minii'", "Did you mean 'mini'", "paper, mini, smoke"],
     ),
     "unknown sampler": (["--loss", "mfcont", "--sampler", "gpp"], ["Unknown sampler 'gpp'", "tpe"]),
     "unknown config key": (

@@ -170,11 +170,11 @@ def test_every_omniglot_alphabet_present_has_a_script_mapping() -> None:
     assert not sorted(alphabets - set(OMNIGLOT_ALPHABET_BLOCKS))
 
 
-def test_converge_budget_fine_tunes_the_builtin_trunk() -> None:
+def test_default_budget_fine_tunes_the_builtin_trunk() -> None:
     from benchmark.protocol.mlrc_run import MLRCRun
     from benchmark.protocol.request import RunRequest
 
-    run = MLRCRun(RunRequest(loss="mfcont", budget="converge", quiet=True, device="cpu"))
+    run = MLRCRun(RunRequest(loss="mfcont", budget="mini", quiet=True, device="cpu"))
     run.resolve()  # validates the built-in name, its trunk and the file's sha256
     m = run.config.model
     assert (m.trunk, m.pretrained, m.trunk_weights) == ("smallcnn", True, BUILTIN)

@@ -61,7 +61,7 @@ PROTOCOL = register_protocol(
     ProtocolSpec(
         "cbir",
         lazy_callable("benchmark.protocol.cbir_run:CBIRRun"),
-        budget_overrides={"mini": _MINI, "converge": _MINI, "smoke": _SMOKE},
+        budget_overrides={"mini": _MINI, "smoke": _SMOKE},
         only_keys=("protocol.query_fraction", "protocol.split_seed"),
     )
 )

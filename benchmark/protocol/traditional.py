@@ -67,7 +67,7 @@ PROTOCOL = register_protocol(
     ProtocolSpec(
         "traditional",
         lazy_callable("benchmark.protocol.traditional_run:TraditionalRun"),
-        budget_overrides={"mini": _MINI, "converge": _MINI, "smoke": _SMOKE},
+        budget_overrides={"mini": _MINI, "smoke": _SMOKE},
         only_keys=("protocol.train_classes",),
     )
 )

@@ -109,6 +109,22 @@ def embed_samples(model: nn.Module, data: Samples, device: torch.device, batch_s
     return torch.cat(out).numpy()
 
 
+def place_model(model: EmbeddingModel, device: torch.device) -> EmbeddingModel:
+    """``model`` on ``device``, in the memory layout the fold loop trains fastest with there.
+
+    On the CPU the convolution weights go channels-last (NHWC), which oneDNN runs without the
+    layout conversions it does around every NCHW convolution: measured on the 2-core CPU, one
+    training step of smallcnn at 28 px, batch 32, 1 thread took 15.4 ms instead of 24.6 ms (1.6x)
+    and validation embedding ran 2.6x faster (benchmarks/step_variants.py). Not numerically neutral:
+    other kernels, other float rounding; equally exact. GPUs keep the default layout (not measured
+    here). Non-4D parameters (linear layers, cached-feature heads) are unaffected.
+    """
+    model = model.to(device)
+    if device.type == "cpu":
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
 def build_fold_model(config: RunConfig, data: Samples, seed: int) -> EmbeddingModel:
     """The model for one fold, initialised from ``seed``.
 
@@ -313,7 +329,7 @@ def train_with_loss(
         raise ConfigError(
             "model.frozen_trunk = true trains on cached features, so data.augment must be 'none'."
         )
-    model = build_fold_model(config, train, seed).to(device)
+    model = place_model(build_fold_model(config, train, seed), device)
     train_labels = remap_labels(train.labels)
     n_classes = int(train_labels.max()) + 1
     torch.manual_seed(seed)  # loss parameter init (proxies, mean fields) draws from the global RNG
