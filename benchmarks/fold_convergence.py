@@ -1,0 +1,89 @@
+"""Does one fold train to its patience stop? Fold ``--folds`` of the budget's MLRC configuration,
+trained with each loss's default hyperparameters by the protocol's own ``train_with_loss``.
+
+Usage::
+
+    python benchmarks/fold_convergence.py [--dataset omniglot] [--budget mini] [--losses all]
+                                          [--folds 0] [--seed 0] [--set KEY=VALUE ...]
+
+One line per (loss, fold): best validation MAP@R and its epoch, why training stopped
+(``patience`` = converged by MLRC's rule) and after how many epochs, wall seconds (1 torch
+thread), then the validation curve. The closing line gives the share stopped by patience and the
+median best epoch. Used to choose the ``mini`` budget's schedule (issue 12): a fold at a loss's
+defaults is not a searched trial, so this is evidence about the schedule, not a substitute for the
+convergence shares that every run record carries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import benchmark.native  # noqa: F401  (faiss before torch, as in runs: the k-NN sums depend on it)
+
+# isort: split
+import torch
+from profile_fold import parse_sets
+
+from benchmark.budgets import BUDGETS
+from benchmark.config import load_protocol_file, resolve_config
+from benchmark.data.splits import mlrc_split
+from benchmark.losses import LOSSES
+from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
+from benchmark.protocol.train import train_with_loss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="omniglot")
+    ap.add_argument("--data-dir", default="../shared/data/omniglot")
+    ap.add_argument("--budget", default="mini")
+    ap.add_argument("--losses", default="all", help="comma-separated registry names, or 'all'")
+    ap.add_argument("--folds", default="0")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    user: dict[str, Any] = {"data.dataset": args.dataset}
+    if args.dataset != "glyphs":
+        user["data.data_dir"] = args.data_dir
+    user.update(parse_sets(args.set))
+    config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get(args.budget).overrides, user)
+    dataset = load_run_dataset(config, cache_dir())
+    data = fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+    names = list(LOSSES.names()) if args.losses == "all" else args.losses.split(",")
+    stops: list[str] = []
+    best_epochs: list[int] = []
+    for name in names:
+        params = {k: float(v) for k, v in LOSSES.get(name).defaults.items()}
+        for fold in (int(f) for f in args.folds.split(",")):
+            train, val = data.folds[fold]
+            t0 = time.perf_counter()
+            result, _, _ = train_with_loss(
+                config=config,
+                loss_name=name,
+                loss_params=params,
+                train=train,
+                val=val,
+                augment=AUGMENTS[config.data.augment],
+                seed=args.seed,
+                device=torch.device("cpu"),
+            )
+            stops.append(result.stopped_by)
+            best_epochs.append(result.best_epoch)
+            curve = " ".join(f"{v:.3f}" for _, v in result.curve)
+            print(
+                f"{args.dataset} {name} f{fold}: best {result.best_val:.3f}@{result.best_epoch} "
+                f"stop {result.stopped_by}@{result.epochs} {time.perf_counter() - t0:.1f}s | {curve}",
+                flush=True,
+            )
+    print(
+        f"{args.dataset}, budget {args.budget}: {stops.count('patience')}/{len(stops)} stopped by patience, "
+        f"median best epoch {statistics.median(best_epochs)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
