@@ -137,3 +137,25 @@ def test_unreadable_files_are_skipped_with_a_warning(
     err = capsys.readouterr().err
     assert f"skipping unreadable record {folder / 'truncated.json'}" in err
     assert f"skipping {folder / 'list.json'}: not a run record" in err
+
+
+def test_git_dirty_ignores_what_runs_write_under_results(tmp_path: Path) -> None:
+    """A run's own outputs (results/) leave the commit clean; a changed source file makes it dirty."""
+    import subprocess
+
+    from benchmark.protocol.environment import git_commit
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "leaderboard.md").write_text("old\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    (tmp_path / "results" / "leaderboard.md").write_text("new\n")
+    assert git_commit(tmp_path / "pkg")["dirty"] is False
+    (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path / "pkg")["dirty"] is True

@@ -27,14 +27,19 @@ _PACKAGES = (
 
 
 def git_commit(cwd: Path | None = None) -> dict[str, Any]:
-    """The commit of the source tree dmlbench runs from, and whether it has uncommitted changes."""
+    """The commit of the source tree dmlbench runs from, and whether it has uncommitted changes.
+
+    Changes under the top-level ``results/`` do not count: that folder holds what runs write (records,
+    leaderboards, plots), so a second run in the same checkout would otherwise call the code of the
+    first run's commit "dirty" although not a line of it changed.
+    """
     root = cwd or Path(__file__).resolve().parent
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,
