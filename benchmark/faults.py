@@ -16,6 +16,7 @@ ENV = "DMLBENCH_KILL_AT"
 KILL_POINTS = (
     "search.trial_told:{trial number}",  # a trial's result is in the study, the next is not asked yet
     "test.fold_saved:{rep}:{fold}",  # a test fold's embeddings are saved, the rep is not evaluated yet
+    "test.folds_saved:{rep}",  # every fold of the rep is saved (or was, before a resume), not evaluated yet
     "test.rep_saved:{rep}",  # a test repetition's result file is written
     "record.run_dir",  # the record is in the run dir, not yet in results/
     "report.tables",  # the leaderboard tables are written, the plots are not

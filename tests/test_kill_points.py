@@ -46,7 +46,9 @@ KILLS = [
     "search.trial_told:0",  # between trials
     "search.trial_told:2",  # the search is complete, the test stage has not started
     "write:rep0-fold1.json",  # a test fold's info file is complete but not yet renamed into place
-    "test.fold_saved:0:3",  # rep 0 has all fold embeddings but is not evaluated yet
+    # rep 0 has all fold embeddings but is not evaluated yet (test.fold_saved:0:3 named this moment
+    # only when fold 3 was the last saved, which depends on the order the 2 workers finish in)
+    "test.folds_saved:0",
     "test.rep_saved:0",  # between test repetitions
     "write:record.json",  # the run-dir record is written but not renamed
     "record.run_dir",  # the record is in the run dir, not yet in results/

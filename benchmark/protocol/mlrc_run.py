@@ -220,6 +220,9 @@ class MLRCRun(ProtocolRun):
             embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
             self.progress.fold_finished(outcome.result.wall_s)
             self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+        # Reached whatever order the workers finished the folds in (fold_saved names one fold, and
+        # which fold is trained last after a resume depends on that order).
+        kill_point(f"test.folds_saved:{r}")
         fold_embs = [embs[f] for f in range(n_folds)]
         rep = {"rep": r, "folds": [infos[f] for f in range(n_folds)], **self._evaluate_folds(fold_embs)}
         sep, cat = rep["separated"]["map_at_r"], rep["concatenated"]["map_at_r"]  # type: ignore[index]
