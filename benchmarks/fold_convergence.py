@@ -19,19 +19,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
 
 import benchmark.native  # noqa: F401  (faiss before torch, as in runs: the k-NN sums depend on it)
 
 # isort: split
 import torch
-from profile_fold import parse_sets
+from profile_fold import mlrc_folds
 
-from benchmark.budgets import BUDGETS
-from benchmark.config import load_protocol_file, resolve_config
-from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES
-from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
+from benchmark.protocol.run_data import AUGMENTS
 from benchmark.protocol.train import train_with_loss
 
 
@@ -46,13 +42,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    user: dict[str, Any] = {"data.dataset": args.dataset}
-    if args.dataset != "glyphs":
-        user["data.data_dir"] = args.data_dir
-    user.update(parse_sets(args.set))
-    config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get(args.budget).overrides, user)
-    dataset = load_run_dataset(config, cache_dir())
-    data = fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+    config, data = mlrc_folds(args.dataset, args.data_dir, args.budget, args.set)
     names = list(LOSSES.names()) if args.losses == "all" else args.losses.split(",")
     stops: list[str] = []
     best_epochs: list[int] = []

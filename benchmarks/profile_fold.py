@@ -32,9 +32,10 @@ from torch import nn
 
 import benchmark.protocol.train as train_module
 from benchmark.budgets import BUDGETS
-from benchmark.config import load_protocol_file, resolve_config
+from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES
+from benchmark.protocol.parallel import FoldData
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
 
 
@@ -52,6 +53,17 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
                 continue
         out[key.strip()] = value
     return out
+
+
+def mlrc_folds(dataset_name: str, data_dir: str, budget: str, sets: list[str]) -> tuple[RunConfig, FoldData]:
+    """The budget's MLRC configuration of ``dataset_name`` (``--set`` items applied) and its folds."""
+    user: dict[str, Any] = {"data.dataset": dataset_name}
+    if dataset_name != "glyphs":
+        user["data.data_dir"] = data_dir
+    user.update(parse_sets(sets))
+    config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get(budget).overrides, user)
+    dataset = load_run_dataset(config, cache_dir())
+    return config, fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
 
 
 PIECES = (
@@ -223,13 +235,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    user: dict[str, Any] = {"data.dataset": args.dataset}
-    if args.dataset != "glyphs":
-        user["data.data_dir"] = args.data_dir
-    user.update(parse_sets(args.set))
-    config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get(args.budget).overrides, user)
-    dataset = load_run_dataset(config, cache_dir())
-    data = fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+    config, data = mlrc_folds(args.dataset, args.data_dir, args.budget, args.set)
     train, val = data.folds[args.fold]
     params = {k: float(v) for k, v in LOSSES.get(args.loss).defaults.items()}
     tc = config.train
