@@ -9,15 +9,16 @@ The step is the loop's own sequence (forward, loss, loss finiteness check, zero_
 gradient finiteness check, optimiser steps) on the mini budget's model (small CNN, 128-d) with
 random uint8 images and m-per-class labels, for:
 
-* ``baseline``: :func:`benchmark.protocol.train._grads_finite` per parameter, RMSprop with
+* ``baseline``: the gradient check as one ``isfinite().all()`` per parameter, RMSprop with
   ``foreach=False`` (the Python loop over parameters; the loop's optimiser before this change);
 * ``foreach-opt``: RMSprop with ``foreach=True`` (one multi-tensor call instead of a Python loop
   over parameters; on the CPU torch defaults to the loop), as ``make_optimizer`` now builds it;
 * ``cat-check``: the gradient check as one ``isfinite`` over the concatenated gradients;
 * ``channels_last``: model and input in channels-last memory format;
 * ``both``: foreach-opt + cat-check;
-* ``foreach+cl``: foreach-opt + channels_last, the step as the fold loop now runs it on the CPU
-  (:func:`benchmark.protocol.train.place_model`).
+* ``foreach+cl``: foreach-opt + channels_last (:func:`benchmark.protocol.train.place_model`);
+* ``foreach+cl+fused``: foreach+cl with the fused gradient check of
+  :func:`benchmark.protocol.train._grads_finite`: the step as the fold loop now runs it on the CPU.
 
 Variants run in interleaved blocks of ``--steps`` steps (the block order rotates each round, so
 load drift on the shared machine hits them alike), after warm-up; per variant the median block
@@ -42,7 +43,11 @@ from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
 from benchmark.protocol.train import _grads_finite
 
-VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both", "foreach+cl")
+VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both", "foreach+cl", "foreach+cl+fused")
+
+
+def grads_finite_loop(params: list[nn.Parameter]) -> bool:
+    return all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
 
 
 def grads_finite_cat(params: list[nn.Parameter]) -> bool:
@@ -60,13 +65,15 @@ class Trainer:
         self.loss = build_loss(args.loss, LossContext(n_classes, 128), {})
         self.params = list(self.model.parameters())
         self.loss_params = [p for p in self.loss.parameters() if p.requires_grad]
-        foreach = variant in ("foreach-opt", "both", "foreach+cl")
+        foreach = variant in ("foreach-opt", "both", "foreach+cl", "foreach+cl+fused")
         self.opt = self._opt(self.params, 1e-4, 1e-4, foreach)
         self.loss_opt = self._opt(self.loss_params, 1e-3, 0.0, foreach) if self.loss_params else None
-        self.check: Callable[[list[nn.Parameter]], bool] = (
-            grads_finite_cat if variant in ("cat-check", "both") else _grads_finite
-        )
-        self.channels_last = variant in ("channels_last", "foreach+cl")
+        self.check: Callable[[list[nn.Parameter]], bool] = grads_finite_loop
+        if variant in ("cat-check", "both"):
+            self.check = grads_finite_cat
+        elif variant == "foreach+cl+fused":
+            self.check = _grads_finite
+        self.channels_last = variant in ("channels_last", "foreach+cl", "foreach+cl+fused")
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
 

@@ -102,7 +102,9 @@ def test_best_validation_checkpoint_is_restored(
     snapshots: list[dict[str, torch.Tensor]] = []
     real_embed = train_module.embed_samples
 
-    def embed(model: nn.Module, data: Samples, device: torch.device, batch_size: int = 512) -> np.ndarray:
+    def embed(
+        model: nn.Module, data: Samples, device: torch.device, batch_size: int | None = None
+    ) -> np.ndarray:
         snapshots.append(copy.deepcopy(model.state_dict()))  # the model as validated at this epoch
         return real_embed(model, data, device, batch_size)
 
@@ -132,3 +134,37 @@ def test_cpu_fold_training_runs_channels_last(fold: tuple[RunConfig, Any, Any]) 
     a = train_module.embed_samples(model, val, torch.device("cpu"))
     b = train_module.embed_samples(plain, val, torch.device("cpu"))
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_cpu_embedding_batch_size_does_not_change_embeddings(fold: tuple[RunConfig, Any, Any]) -> None:
+    """Validation and test embeddings use a small batch on the CPU (embed_batch_size, for speed);
+    the batch size is a speed setting only: embeddings of several small batches equal those of one
+    large batch. GPUs keep 512."""
+    base, train, val = fold
+    _, model = _train(_with(base, "train", max_epochs=1, eval_every=1), train, val)
+    cpu = torch.device("cpu")
+    assert 32 < len(val.images) <= 512
+    small = train_module.embed_samples(model, val, cpu, batch_size=32)
+    whole = train_module.embed_samples(model, val, cpu, batch_size=512)
+    np.testing.assert_allclose(small, whole, rtol=1e-5, atol=1e-6)
+    assert train_module.embed_batch_size(torch.device("cuda")) == 512
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), None])
+@pytest.mark.parametrize("where", [0, 3])
+def test_gradient_finiteness_check(bad: float | None, where: int) -> None:
+    """The fused gradient check finds a NaN/inf in any parameter's gradient (a float64 one too),
+    passes finite ones and parameters without a gradient, and leaves gradients bit-identical."""
+    params = [nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [nn.Parameter(torch.randn(4).double())]
+    params.append(nn.Parameter(torch.randn(2)))  # no gradient
+    for p in params[:4]:
+        p.grad = torch.randn_like(p)
+    if bad is not None:
+        params[where].grad.view(-1)[1] = bad  # type: ignore[union-attr]
+    before = [None if p.grad is None else p.grad.clone() for p in params]
+    assert train_module._grads_finite(params) is (bad is None)
+    for p, b in zip(params, before, strict=True):
+        if b is None:
+            assert p.grad is None
+        else:
+            torch.testing.assert_close(p.grad, b, rtol=0, atol=0, equal_nan=True)

@@ -83,9 +83,27 @@ def remap_labels(labels: np.ndarray) -> np.ndarray:
     return dense.astype(np.int64)
 
 
+def embed_batch_size(device: torch.device) -> int:
+    """Images per forward pass when embedding for evaluation on ``device``.
+
+    On the CPU small batches run faster: measured on the 2-core CPU (smallcnn at 28 px, channels
+    last, 1 thread, the 1536 validation images of a glyphs fold, median of 11), 128 images per
+    pass took 0.16 s against 0.26 s with 512 (the activations of a small batch stay in cache);
+    the embeddings were bit-identical at 64, 128, 256 and 512. Accelerators keep large batches.
+    """
+    return 128 if device.type == "cpu" else 512
+
+
 @torch.no_grad()
-def embed(model: nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512) -> np.ndarray:
-    """Embeddings (N, D) float32 of uint8 images in eval mode, raw (normalisation is the metric's job)."""
+def embed(
+    model: nn.Module, images: torch.Tensor, device: torch.device, batch_size: int | None = None
+) -> np.ndarray:
+    """Embeddings (N, D) float32 of uint8 images in eval mode, raw (normalisation is the metric's job).
+
+    ``batch_size`` None: :func:`embed_batch_size` for ``device``.
+    """
+    if batch_size is None:
+        batch_size = embed_batch_size(device)
     model.eval()
     out = []
     for start in range(0, len(images), batch_size):
@@ -94,8 +112,12 @@ def embed(model: nn.Module, images: torch.Tensor, device: torch.device, batch_si
     return torch.cat(out).numpy()
 
 
-def embed_samples(model: nn.Module, data: Samples, device: torch.device, batch_size: int = 512) -> np.ndarray:
+def embed_samples(
+    model: nn.Module, data: Samples, device: torch.device, batch_size: int | None = None
+) -> np.ndarray:
     """Embeddings (N, D) of a fold's images, or of its cached trunk features in frozen-trunk mode."""
+    if batch_size is None:
+        batch_size = embed_batch_size(device)
     # Images in memory or decoded lazily from disk (standard datasets) both index like a tensor;
     # only cached features skip the trunk.
     if not isinstance(data, FeatureDataset):
@@ -217,7 +239,30 @@ def _epoch_batches(
 
 
 def _grads_finite(params: list[nn.Parameter]) -> bool:
-    return all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
+    """Whether every gradient of ``params`` is finite (no NaN/inf), with one host sync per
+    (device, dtype) group.
+
+    Uses the fused multi-tensor check behind ``torch.amp.GradScaler`` (its unscale multiplies by
+    exactly 1.0 here, so the gradients are unchanged bit for bit): measured on the 2-core CPU for
+    smallcnn's parameters, 43 us per check against 430-880 us for one ``isfinite().all()`` per
+    parameter, i.e. 3-5% of a 15 ms training step. Falls back to that loop where the fused op is
+    unavailable for a group.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+    for (device, _), grads in groups.items():
+        found = torch.zeros(1, device=device)
+        try:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.ones(1, device=device))
+        except (RuntimeError, NotImplementedError):  # e.g. a dtype or device the kernel lacks
+            if not all(bool(torch.isfinite(g).all()) for g in grads):
+                return False
+            continue
+        if found.item() != 0:
+            return False
+    return True
 
 
 def train_fold(
