@@ -60,7 +60,11 @@ CPU_COMMON: dict[str, Any] = {
 #   after its best epoch. Measured per loss in the issue-12 closing note (fold 0 of glyphs and
 #   omniglot, every registered loss at its defaults): stops by patience, median epochs;
 # - max_epochs = 100 is only a safety cap far above the measured stops (it never cuts a fold the
-#   measurements saw; one that reaches it is reported as not converged).
+#   measurements saw; one that reaches it is reported as not converged);
+# - 28 px and widths 16-32-64-128 kept: on glyphs folds 0-3 (mfcont, proxyanchor, contrastive at
+#   defaults, trunks re-pretrained to match) 24 px and widths 16-32-48-96 needed more epochs and
+#   peaked lower (mfcont: 94 and 86 epochs, mean best 0.722 and 0.741, against 78 and 0.757), so
+#   neither reached the patience stop sooner; a longer-pretrained trunk (18 epochs) did not either.
 _MINI_MLRC: dict[str, Any] = {
     **CPU_COMMON,
     "model.pretrained": True,
