@@ -52,7 +52,8 @@ def _objective(params: dict[str, float]) -> float:
 def _search(path: Path, stop: tuple[int, str] | None = None) -> bool:
     """The runner's search loop (one new sampler per trial, seeded by its place in the history)
     on ``path``; ``stop=(k, when)`` leaves trial k RUNNING, as a SIGKILL would, ``when`` being
-    'asked' (no parameter drawn yet) or 'suggested' (drawn, being trained). True: it finished."""
+    'asked' (no parameter drawn yet), 'half' (one of two drawn) or 'suggested' (drawn, being
+    trained). True: it finished."""
     study = _open(path)
     if not study.get_trials():
         enqueue_startup(study, SPACE, N_STARTUP, seed=7)
@@ -61,6 +62,12 @@ def _search(path: Path, stop: tuple[int, str] | None = None) -> bool:
         study.sampler = optuna.samplers.GPSampler(seed=1000 + counted, n_startup_trials=N_STARTUP)
         trial = study.ask()
         if stop == (trial.number, "asked"):
+            return False
+        if stop == (trial.number, "half"):
+            # Killed between two parameter writes: the first is stored, the second is not (the GP
+            # has already stored its whole point on the trial).
+            first = next(iter(SPACE))
+            trial.suggest_float(first, SPACE[first].low, SPACE[first].high, log=SPACE[first].log)
             return False
         params = suggest(trial, SPACE)
         if stop == (trial.number, "suggested"):
@@ -89,7 +96,7 @@ def test_interrupted_trial_is_retried_in_its_own_place(tmp_path: Path) -> None:
     assert not any(t.state == TrialState.FAIL for t in study.get_trials())
 
 
-@pytest.mark.parametrize("when", ["asked", "suggested"])
+@pytest.mark.parametrize("when", ["asked", "half", "suggested"])
 def test_resumed_search_equals_an_uninterrupted_one_wherever_it_stopped(tmp_path: Path, when: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     reference = tmp_path / "reference.journal"

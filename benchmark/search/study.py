@@ -112,8 +112,31 @@ def recover_stale(study: optuna.Study) -> int:
     for t in stale:
         count = int(t.user_attrs.get(INTERRUPTIONS_ATTR, 0)) + 1
         study._storage.set_trial_user_attr(t._trial_id, INTERRUPTIONS_ATTR, count)
+        _forget_pending_point(study, t)
         study._storage.set_trial_state_values(t._trial_id, TrialState.WAITING)
     return len(stale)
+
+
+#: Prefix of the system attributes in which Optuna's GPSampler stores the point it drew for a
+#: trial, before the trial's parameters are written one by one (optuna/samplers/_gp/sampler.py).
+GP_POINT_ATTR = "gp:relative_params"
+
+
+def _forget_pending_point(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Blank the GP point stored on a trial killed before all its parameters were written.
+
+    GPSampler treats a RUNNING trial with a stored point as a pending evaluation and proposes away
+    from it. A retried trial is RUNNING again, so without this the sampler would avoid the trial's
+    own point and draw its missing parameters elsewhere: a kill between two parameter writes
+    changed the resumed run's trial (seen in the random-kill test). Blanked (the storage cannot
+    delete an attribute), the sampler draws the point again from the same history and seed, which
+    is the point the uninterrupted run drew. A trial with all its parameters never asks again.
+    """
+    if not any(key.startswith(GP_POINT_ATTR) for key in trial.system_attrs):
+        return
+    for key in trial.system_attrs:
+        if key.startswith(GP_POINT_ATTR):
+            study._storage.set_trial_system_attr(trial._trial_id, key, "")
 
 
 def is_interrupted(trial: FrozenTrial) -> bool:
