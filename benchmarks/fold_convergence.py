@@ -24,11 +24,9 @@ import benchmark.native  # noqa: F401  (faiss before torch, as in runs: the k-NN
 
 # isort: split
 import torch
-from profile_fold import mlrc_folds
+from profile_fold import mlrc_folds, train_cpu_fold
 
 from benchmark.losses import LOSSES
-from benchmark.protocol.run_data import AUGMENTS
-from benchmark.protocol.train import train_with_loss
 
 
 def main() -> None:
@@ -51,16 +49,7 @@ def main() -> None:
         for fold in (int(f) for f in args.folds.split(",")):
             train, val = data.folds[fold]
             t0 = time.perf_counter()
-            result, _, _ = train_with_loss(
-                config=config,
-                loss_name=name,
-                loss_params=params,
-                train=train,
-                val=val,
-                augment=AUGMENTS[config.data.augment],
-                seed=args.seed,
-                device=torch.device("cpu"),
-            )
+            result, _, _ = train_cpu_fold(config, name, params, train, val, args.seed)
             stops.append(result.stopped_by)
             best_epochs.append(result.best_epoch)
             curve = " ".join(f"{v:.3f}" for _, v in result.curve)

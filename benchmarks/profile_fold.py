@@ -23,7 +23,7 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,8 +35,11 @@ from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES
+from benchmark.models.features import Samples
+from benchmark.models.trunks import EmbeddingModel
 from benchmark.protocol.parallel import FoldData
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
+from benchmark.protocol.train import FoldResult
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -64,6 +67,30 @@ def mlrc_folds(dataset_name: str, data_dir: str, budget: str, sets: list[str]) -
     config, _ = resolve_config(load_protocol_file("mlrc"), BUDGETS.get(budget).overrides, user)
     dataset = load_run_dataset(config, cache_dir())
     return config, fold_data(dataset, mlrc_split(dataset.classes().tolist(), config.protocol.n_folds))
+
+
+def train_cpu_fold(
+    config: RunConfig,
+    loss_name: str,
+    params: Mapping[str, float],
+    train: Samples,
+    val: Samples,
+    seed: int,
+    **options: Any,
+) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
+    """One fold trained on the CPU by the protocol's own ``train_with_loss`` with the config's
+    augmentation; ``options`` are its keyword options (``on_step``, ``time_limit_s``, ...)."""
+    return train_module.train_with_loss(
+        config=config,
+        loss_name=loss_name,
+        loss_params=params,
+        train=train,
+        val=val,
+        augment=AUGMENTS[config.data.augment],
+        seed=seed,
+        device=torch.device("cpu"),
+        **options,
+    )
 
 
 PIECES = (
@@ -252,16 +279,7 @@ def main() -> None:
         undo = instrument(timers)
         try:
             t0 = time.perf_counter()
-            result, _, _ = train_module.train_with_loss(
-                config=config,
-                loss_name=args.loss,
-                loss_params=params,
-                train=train,
-                val=val,
-                augment=AUGMENTS[config.data.augment],
-                seed=args.seed,
-                device=torch.device("cpu"),
-            )
+            result, _, _ = train_cpu_fold(config, args.loss, params, train, val, args.seed)
             wall = time.perf_counter() - t0
         finally:
             undo()
@@ -288,16 +306,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            train_module.train_with_loss(
-                config=config,
-                loss_name=args.loss,
-                loss_params=params,
-                train=train,
-                val=val,
-                augment=AUGMENTS[config.data.augment],
-                seed=args.seed,
-                device=torch.device("cpu"),
-            )
+            train_cpu_fold(config, args.loss, params, train, val, args.seed)
         print()
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 

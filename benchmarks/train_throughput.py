@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from profile_fold import train_cpu_fold
 from torch import nn
 
 from benchmark.budgets import BUDGETS
@@ -61,7 +62,7 @@ from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
-from benchmark.protocol.train import make_optimizer, remap_labels, train_with_loss
+from benchmark.protocol.train import make_optimizer, remap_labels
 
 SEED = 0
 
@@ -190,17 +191,11 @@ def dmlbench_images_per_s(
     one_epoch = dataclasses.replace(
         config, train=dataclasses.replace(config.train, iters_per_epoch=iters, max_epochs=1, eval_every=1)
     )
-    train_with_loss(
-        config=one_epoch,
-        loss_name=loss_name,
-        loss_params={},
-        train=train,
-        val=val,
-        augment=AUGMENTS[config.data.augment],
-        seed=SEED,
-        device=torch.device("cpu"),
-        on_step=lambda _e, _s, _n: stamps.append(time.perf_counter()),
-    )
+
+    def stamp(_epoch: int, _step: int, _steps: int) -> None:
+        stamps.append(time.perf_counter())
+
+    train_cpu_fold(one_epoch, loss_name, {}, train, val, SEED, on_step=stamp)
     return (len(stamps) - 1) * config.train.batch_size / (stamps[-1] - stamps[0])
 
 
@@ -273,16 +268,8 @@ def main() -> None:
         print("| loss | wall s | epochs | best epoch | best val MAP@R | stopped by |")
         print("|---|---:|---:|---:|---:|---|")
         for loss_name in [x for x in args.convergence_losses.split(",") if x]:
-            result, _, _ = train_with_loss(
-                config=config,
-                loss_name=loss_name,
-                loss_params={},
-                train=train,
-                val=val,
-                augment=AUGMENTS[config.data.augment],
-                seed=SEED,
-                device=torch.device("cpu"),
-                time_limit_s=args.max_fold_s,
+            result, _, _ = train_cpu_fold(
+                config, loss_name, {}, train, val, SEED, time_limit_s=args.max_fold_s
             )
             print(
                 f"| {loss_name} | {result.wall_s:.1f} | {result.epochs} | {result.best_epoch} "
