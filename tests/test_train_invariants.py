@@ -168,3 +168,21 @@ def test_gradient_finiteness_check(bad: float | None, where: int) -> None:
             assert p.grad is None
         else:
             torch.testing.assert_close(p.grad, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None])
+def test_gradient_finiteness_check_without_the_fused_kernel(
+    bad: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the fused kernel is missing for a device or dtype, the per-gradient check decides."""
+
+    def missing(*_args: object) -> None:
+        raise NotImplementedError("no kernel here")
+
+    monkeypatch.setattr(torch, "_amp_foreach_non_finite_check_and_unscale_", missing)
+    params = [nn.Parameter(torch.randn(4)) for _ in range(2)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    if bad is not None:
+        params[1].grad.view(-1)[2] = bad  # type: ignore[union-attr]
+    assert train_module._grads_finite(params) is (bad is None)

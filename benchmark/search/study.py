@@ -132,8 +132,6 @@ def _forget_pending_point(study: optuna.Study, trial: FrozenTrial) -> None:
     delete an attribute), the sampler draws the point again from the same history and seed, which
     is the point the uninterrupted run drew. A trial with all its parameters never asks again.
     """
-    if not any(key.startswith(GP_POINT_ATTR) for key in trial.system_attrs):
-        return
     for key in trial.system_attrs:
         if key.startswith(GP_POINT_ATTR):
             study._storage.set_trial_system_attr(trial._trial_id, key, "")
