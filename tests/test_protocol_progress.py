@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+import benchmark.protocol.device as device_module
 import benchmark.protocol.progress as progress_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.base import ImageDataset
-from benchmark.protocol.parallel import FoldData, FoldExecutor, WorkerSetup
+from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.progress import Progress
 from benchmark.protocol.train import train_with_loss
 
@@ -65,29 +66,55 @@ def test_training_reports_every_step() -> None:
     assert steps == [(e, s, 5) for e in (1, 2, 3) for s in range(1, 6)]
 
 
-def _recorder(seen: list[tuple[Any, ...]], kind: str, fold: int) -> Any:
-    return lambda *args: seen.append((kind, fold, *args))
+def _recorder(seen: list[tuple[Any, ...]], kind: str, key: tuple[int, int]) -> Any:
+    return lambda *args: seen.append((kind, key, *args))
 
 
 def test_worker_events_reach_the_matching_callback() -> None:
-    # The pool's event queue carries both kinds; each goes to its fold's callback of that kind.
+    # The pool's event queue carries both kinds; each goes to its task's callback of that kind. A
+    # pooled run holds the same fold of several groups (trials, reps): the key tells them apart.
     config = resolve_config(load_protocol_file("mlrc"), {}, {})[0]
     setup = WorkerSetup(config=config, loss_name="ms", augment=None, device="cpu", threads=1)
     empty = FoldData([], ImageDataset("none", torch.zeros(0, 1, 2, 2, dtype=torch.uint8), np.zeros(0)))
     executor = FoldExecutor(setup, empty, lambda: empty, jobs=2)
     events: Any = queue.Queue()
     sent = [
-        ("step", 0, 1, 7, 100),
-        ("epoch", 1, 2, 0.5, 0.6),
-        ("step", 3, 1, 1, 100),
-        ("epoch", 0, 2, 0.4, 0.4),
+        ("step", (0, 0), 1, 7, 100),
+        ("epoch", (0, 1), 2, 0.5, 0.6),
+        ("step", (0, 3), 1, 1, 100),
+        ("epoch", (1, 0), 2, 0.4, 0.4),
+        ("epoch", (2, 1), 3, 0.3, 0.3),
     ]
     for e in sent:
         events.put(e)
     executor._events = events
     seen: list[tuple[Any, ...]] = []
-    epoch_cbs = {f: _recorder(seen, "epoch", f) for f in (0, 1)}
-    step_cbs = {f: _recorder(seen, "step", f) for f in (0, 1)}
+    keys = [(0, 0), (0, 1), (1, 0)]
+    epoch_cbs = {k: _recorder(seen, "epoch", k) for k in keys}
+    step_cbs = {k: _recorder(seen, "step", k) for k in keys}
     executor._drain(epoch_cbs, step_cbs)
-    assert seen == [sent[0], sent[1], sent[3]]  # fold 3 has no callback here
+    # (0, 3) and (2, 1) have no callback here; (1, 0) is not (0, 0) though both are fold 0.
+    assert seen == [sent[0], sent[1], sent[3]]
     assert events.empty()
+
+
+def test_pooled_tasks_need_distinct_keys() -> None:
+    config = resolve_config(load_protocol_file("mlrc"), {}, {})[0]
+    setup = WorkerSetup(config=config, loss_name="ms", augment=None, device="cpu", threads=1)
+    empty = FoldData([], ImageDataset("none", torch.zeros(0, 1, 2, 2, dtype=torch.uint8), np.zeros(0)))
+    executor = FoldExecutor(setup, empty, lambda: empty, jobs=2)
+    tasks = [FoldTask(0, {}, 1, False, group=3), FoldTask(0, {}, 2, False, group=3)]
+    with pytest.raises(ValueError, match=r"distinct \(group, fold\) keys; got \[\(3, 0\), \(3, 0\)\]"):
+        next(iter(executor.run(tasks)))
+
+
+@pytest.mark.parametrize(
+    ("cores", "device", "jobs"), [(1, "cpu", 1), (2, "cpu", 2), (3, "cpu", 3), (16, "cpu", 4), (2, "cuda", 1)]
+)
+def test_default_jobs_one_fold_process_per_core(
+    cores: int, device: str, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One fold process per core (two per core time-sliced measured slower with the folds pooled),
+    # never more than a trial's 4 folds; one process drives a GPU.
+    monkeypatch.setattr(device_module.os, "cpu_count", lambda: cores)
+    assert device_module.default_jobs(torch.device(device)) == jobs

@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.parallel import FoldOutcome, FoldTask
 from benchmark.protocol.request import RunRequest
+from benchmark.protocol.search_stage import SearchStage
 from benchmark.protocol.train import FoldResult
 from benchmark.search.study import FAILED_SCORE, FAILURE_ATTR, is_failed
 
@@ -22,15 +24,18 @@ FoldScore = Callable[[FoldTask], float | None]  # None: the fold diverged
 class ScoredExecutor:
     """Stands in for FoldExecutor: each fold's best validation MAP@R is ``score(task)``."""
 
-    def __init__(self, score: FoldScore, test_shape: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, score: FoldScore, test_shape: tuple[int, int] = (0, 0), reverse: bool = False) -> None:
         self.score = score
         self.test_shape = test_shape
+        self.reverse = reverse  # finish each call's tasks last-first (workers finish in any order)
         self.tasks: list[FoldTask] = []
+        self.calls: list[list[tuple[int, int]]] = []  # the (group, fold) keys of each run call
 
     def run(
         self, tasks: Sequence[FoldTask], on_epoch: Any = None, on_step: Any = None
     ) -> Iterator[FoldOutcome]:
-        for task in tasks:
+        self.calls.append([t.key for t in tasks])
+        for task in reversed(tasks) if self.reverse else tasks:
             self.tasks.append(task)
             value = self.score(task)
             if value is None:
@@ -48,7 +53,9 @@ class ScoredExecutor:
         pass
 
 
-def searched(tmp_path: Path, score: FoldScore, n_trials: int, n_startup: int) -> tuple[MLRCRun, optuna.Study]:
+def searched(
+    tmp_path: Path, score: FoldScore, n_trials: int, n_startup: int, reverse: bool = False
+) -> tuple[MLRCRun, optuna.Study]:
     """Run only the search stage of a smoke run (glyphs, contrastive) with ``score`` as training."""
     run = MLRCRun(
         RunRequest(
@@ -66,7 +73,7 @@ def searched(tmp_path: Path, score: FoldScore, n_trials: int, n_startup: int) ->
     run.split()
     run.prepare_run_dir()
     shape = (len(run.test_set.labels), run.config.model.embedding_dim)
-    run.executor = ScoredExecutor(score, shape)  # type: ignore[assignment]
+    run.executor = ScoredExecutor(score, shape, reverse)  # type: ignore[assignment]
     run.search()
     return run, run.study
 
@@ -130,3 +137,53 @@ def test_test_repetitions_train_with_distinct_seeds(tmp_path: Path, cache_dir: P
     assert not set(seeds) & {t.seed for t in executor.tasks[:searched_tasks]}
     maps = [rep["separated"]["map_at_r"] for rep in run.rep_results]
     assert len(set(maps)) == reps, f"repetitions gave identical results: {maps}"
+
+
+def _smooth_score(task: FoldTask) -> float:
+    p = task.params
+    return 0.3 + 0.2 * p["pos_margin"] - 0.05 * (p["neg_margin"] - 1.0) ** 2 + 0.01 * task.fold
+
+
+def test_startup_trials_pool_their_folds_and_give_the_sequential_search(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queued Sobol trials' folds go to the executor in one call (a freed worker starts the
+    next trial's fold), the sampled trials one call each; finishing in another order changes no
+    trial: parameters, values and fold results equal a search that runs every trial alone."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    run, study = searched(tmp_path / "pooled", _smooth_score, n_trials=6, n_startup=3, reverse=True)
+    calls = run.executor.calls  # type: ignore[attr-defined]
+    assert calls[0] == [(t, f) for t in range(3) for f in range(4)]
+    assert calls[1:] == [[(t, f) for f in range(4)] for t in range(3, 6)]
+
+    monkeypatch.setattr(SearchStage, "_pools", lambda self: False)
+    alone, alone_study = searched(tmp_path / "alone", _smooth_score, n_trials=6, n_startup=3)
+    assert alone.executor.calls == [[(t, f) for f in range(4)] for t in range(6)]  # type: ignore[attr-defined]
+
+    def trials(s: optuna.Study) -> list[tuple[Any, ...]]:
+        return [(t.number, t.state, t.params, t.value, t.user_attrs["folds"]) for t in s.get_trials()]
+
+    assert trials(study) == trials(alone_study)
+    assert run.best_params == alone.best_params
+
+
+def test_test_repetitions_pool_their_folds(tmp_path: Path, cache_dir: Path) -> None:
+    """All repetitions' folds go to the executor in one call; the record keeps rep order whatever
+    order they finish in, with each rep's own folds."""
+    run, _ = searched(tmp_path, _smooth_score, n_trials=2, n_startup=1, reverse=True)
+    executor: ScoredExecutor = run.executor  # type: ignore[assignment]
+    n_calls = len(executor.calls)
+    run.test_stage()
+    reps = run.config.test.reps
+    assert executor.calls[n_calls:] == [[(r, f) for r in range(reps) for f in range(4)]]
+    assert [rep["rep"] for rep in run.rep_results] == list(range(reps))
+    seeds = {t.key: t.seed for t in executor.tasks if t.embed_test}
+    shape = executor.test_shape
+    for rep in run.rep_results:
+        # Evaluated on its own folds' embeddings (ScoredExecutor draws them from the fold's seed).
+        own = [
+            np.random.default_rng(seeds[(rep["rep"], f)]).normal(size=shape).astype(np.float32)
+            for f in range(4)
+        ]
+        expected = run._evaluate_folds(own)
+        assert rep["separated"] == expected["separated"] and rep["concatenated"] == expected["concatenated"]

@@ -30,6 +30,11 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+# One process per core, not two: time-slicing 4 fold processes on the 2-core machine fills the cores a
+# trial's finished folds leave idle, but costs each fold more per epoch (cache, switches). Measured on
+# the README command (glyphs mfcont, idle, one run each, identical results): --jobs 2 741 s and
+# --jobs 4 696 s with one trial's folds per pool; with the Sobol trials' and the test reps' folds
+# pooled (benchmark.protocol.search_stage, mlrc_run), --jobs 2 676 s and --jobs 4 709 s.
 def default_jobs(device: torch.device) -> int:
     """Fold-parallel processes: one per core on CPU (at most 4 folds run at once), 1 on a GPU."""
     return 1 if device.type != "cpu" else max(1, min(4, os.cpu_count() or 1))

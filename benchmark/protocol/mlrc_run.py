@@ -9,6 +9,7 @@ declaration (budgets, settings) is :mod:`benchmark.protocol.mlrc`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,51 +163,68 @@ class MLRCRun(ProtocolRun):
                 lambda r: self.progress.skip(n_folds),
             )
             return
+        results: dict[int, dict[str, Any]] = {}
+        todo = []
         for r in range(c.test.reps):
             rep_path = self.run_dir / "test" / f"rep{r}.json"
             if rep_path.exists():
-                self.rep_results.append(read_json(rep_path))
+                results[r] = read_json(rep_path)
                 self.progress.skip(n_folds)
-                continue
-            rep = self._run_rep(r)
-            write_json_atomic(rep_path, rep)
+            else:
+                todo.append(r)
+        for r, rep in self._run_reps(todo):
+            write_json_atomic(self.run_dir / "test" / f"rep{r}.json", rep)
             kill_point(f"test.rep_saved:{r}")
-            self.rep_results.append(rep)
+            results[r] = rep
+        self.rep_results = [results[r] for r in range(c.test.reps)]
 
     def _run_rep(self, r: int) -> dict[str, Any]:
-        """One test repetition: 4 fold models with the best parameters, evaluated on the test set.
+        """One test repetition (see :meth:`_run_reps`)."""
+        return dict(self._run_reps([r]))[r]
 
+    def _run_reps(self, reps: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Test repetitions ``reps``: 4 fold models each with the best parameters, evaluated on the
+        test set; yields (rep, result) as each rep's last fold finishes.
+
+        The folds of all ``reps`` train in one pool (a worker that finishes a rep's fold starts the
+        next rep's instead of idling until the rep's slowest fold ends); each fold's seed depends
+        on its rep and fold only, so the numbers are those of reps trained one after another.
         Finished folds are files in ``runs/.../test/`` and are reused after an interruption.
         """
         c = self.config
         n_folds = len(self.fold_sets)
         test_dir = self.run_dir / "test"
-        embs: dict[int, np.ndarray] = {}
-        infos: dict[int, dict[str, object]] = {}
+        embs: dict[int, dict[int, np.ndarray]] = {r: {} for r in reps}
+        infos: dict[int, dict[int, dict[str, object]]] = {r: {} for r in reps}
         tasks = []
-        for f in range(n_folds):
-            emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
-            if emb_path.exists() and info_path.exists():  # finished before an interruption
-                embs[f], infos[f] = np.load(emb_path), read_json(info_path)
-                self.progress.skip(1)
-            else:
-                seed = derive_seed(self.request.seed, "test", r, f)
-                tasks.append(FoldTask(f, self.best_params, seed, embed_test=True))
+        for r in reps:
+            for f in range(n_folds):
+                emb_path, info_path = test_dir / f"rep{r}-fold{f}.npy", test_dir / f"rep{r}-fold{f}.json"
+                if emb_path.exists() and info_path.exists():  # finished before an interruption
+                    embs[r][f], infos[r][f] = np.load(emb_path), read_json(info_path)
+                    self.progress.skip(1)
+                else:
+                    seed = derive_seed(self.request.seed, "test", r, f)
+                    tasks.append(FoldTask(f, self.best_params, seed, embed_test=True, group=r))
 
         def on_epoch(task: FoldTask) -> EpochCallback:
             def cb(epoch: int, val_map: float, best: float) -> None:
                 self.progress.status(
-                    f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
+                    f"test rep {task.group + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds} epoch {epoch} "
                     f"val MAP@R {val_map:.4f} (best {best:.4f})"
                 )
 
             return cb
 
         def on_step(task: FoldTask) -> StepCallback:
-            return self.step_status(f"test rep {r + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds}")
+            return self.step_status(f"test rep {task.group + 1}/{c.test.reps} fold {task.fold + 1}/{n_folds}")
 
+        # Reps whose folds were all saved before an interruption are evaluated first.
+        for r in reps:
+            if len(embs[r]) == n_folds:
+                yield r, self._rep_result(r, embs[r], infos[r])
         for outcome in self.executor.run(tasks, on_epoch, on_step):
-            f = outcome.task.fold
+            r, f = outcome.task.group, outcome.task.fold
             if outcome.failure is not None:
                 raise DmlbenchError(
                     f"Test-stage retraining diverged (rep {r}, {outcome.failure}) with the best search "
@@ -217,9 +235,18 @@ class MLRCRun(ProtocolRun):
                 np.save(fh, outcome.test_embeddings)
             write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
             kill_point(f"test.fold_saved:{r}:{f}")
-            embs[f], infos[f] = outcome.test_embeddings, outcome.result.to_dict()
+            embs[r][f], infos[r][f] = outcome.test_embeddings, outcome.result.to_dict()
             self.progress.fold_finished(outcome.result.wall_s)
             self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+            if len(embs[r]) == n_folds:
+                yield r, self._rep_result(r, embs[r], infos[r])
+
+    def _rep_result(
+        self, r: int, embs: Mapping[int, np.ndarray], infos: Mapping[int, dict[str, object]]
+    ) -> dict[str, Any]:
+        """A test repetition's record entry from its fold models' test embeddings."""
+        c = self.config
+        n_folds = len(self.fold_sets)
         # Reached whatever order the workers finished the folds in (fold_saved names one fold, and
         # which fold is trained last after a resume depends on that order).
         kill_point(f"test.folds_saved:{r}")

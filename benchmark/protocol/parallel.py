@@ -1,4 +1,4 @@
-"""Fold-parallel execution: the 4 fold trainings of a trial (or a test rep) in worker processes.
+"""Fold-parallel execution: fold trainings (a trial's, a test rep's, or several pooled) in worker processes.
 
 Why processes and not threads: the CPU default trunk is a small CNN whose convolutions do not
 scale across intra-op threads (measured on the 2-core machine: one process with 2 threads trained
@@ -34,12 +34,22 @@ from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, em
 
 @dataclass(frozen=True)
 class FoldTask:
-    """One fold training: which fold, with which hyperparameters and seed, and whether to embed test."""
+    """One fold training: which fold, with which hyperparameters and seed, and whether to embed test.
+
+    ``group`` is what the fold belongs to (a search trial's number, a test repetition): one
+    :meth:`FoldExecutor.run` call may pool the folds of several groups, and (group, fold) names a
+    task there.
+    """
 
     fold: int
     params: dict[str, float]
     seed: int
     embed_test: bool
+    group: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.group, self.fold)
 
 
 @dataclass(frozen=True)
@@ -100,8 +110,8 @@ def run_fold(
 # Worker-process globals, set once by the pool initializer.
 _SETUP: WorkerSetup | None = None
 _DATA: FoldData | None = None
-# Queue of progress events for the parent's display: ("epoch", fold, epoch, val MAP@R, best) and
-# ("step", fold, epoch, step, steps per epoch).
+# Queue of progress events for the parent's display: ("epoch", task key, epoch, val MAP@R, best) and
+# ("step", task key, epoch, step, steps per epoch).
 _EVENTS: Any = None
 #: Least seconds between a worker's step events: the parent shows them as heartbeats anyway.
 STEP_EVENT_S = 1.0
@@ -138,13 +148,13 @@ def _run_in_worker(task: FoldTask) -> FoldOutcome:
     last_step = -math.inf
 
     def report(epoch: int, val_map: float, best: float) -> None:
-        events.put(("epoch", task.fold, epoch, val_map, best))
+        events.put(("epoch", task.key, epoch, val_map, best))
 
     def report_step(epoch: int, step: int, steps: int) -> None:
         nonlocal last_step
         if time.monotonic() - last_step >= STEP_EVENT_S:
             last_step = time.monotonic()
-            events.put(("step", task.fold, epoch, step, steps))
+            events.put(("step", task.key, epoch, step, steps))
 
     return run_fold(_SETUP, _DATA, task, report, report_step)
 
@@ -163,7 +173,14 @@ class FoldExecutor:
         on_epoch: Callable[[FoldTask], EpochCallback] | None = None,
         on_step: Callable[[FoldTask], StepCallback] | None = None,
     ) -> Iterator[FoldOutcome]:
-        """Outcomes in completion order (inline: task order), with per-epoch and per-step callbacks."""
+        """Outcomes in completion order (inline: task order), with per-epoch and per-step callbacks.
+
+        The tasks may pool several groups' folds (their keys must differ): the pool starts a task
+        whenever a worker frees up, so no worker idles while one group's last fold finishes.
+        """
+        keys = [t.key for t in tasks]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"fold tasks must have distinct (group, fold) keys; got {keys}")
         if self.jobs <= 1:
             for task in tasks:
                 yield run_fold(
@@ -186,8 +203,8 @@ class FoldExecutor:
                 initializer=_init_worker,
                 initargs=(self.setup, self._loader, self._events, os.getpid()),
             )
-        callbacks = {t.fold: on_epoch(t) for t in tasks} if on_epoch else {}
-        step_callbacks = {t.fold: on_step(t) for t in tasks} if on_step else {}
+        callbacks = {t.key: on_epoch(t) for t in tasks} if on_epoch else {}
+        step_callbacks = {t.key: on_step(t) for t in tasks} if on_step else {}
         pending: set[Future[FoldOutcome]] = {self._pool.submit(_run_in_worker, t) for t in tasks}
         try:
             while pending:
@@ -199,16 +216,20 @@ class FoldExecutor:
             for fut in pending:
                 fut.cancel()
 
-    def _drain(self, callbacks: dict[int, EpochCallback], step_callbacks: dict[int, StepCallback]) -> None:
+    def _drain(
+        self,
+        callbacks: dict[tuple[int, int], EpochCallback],
+        step_callbacks: dict[tuple[int, int], StepCallback],
+    ) -> None:
         while True:
             try:
-                kind, fold, epoch, a, b = self._events.get_nowait()
+                kind, key, epoch, a, b = self._events.get_nowait()
             except queue.Empty:
                 return
-            if kind == "epoch" and fold in callbacks:
-                callbacks[fold](epoch, a, b)
-            elif kind == "step" and fold in step_callbacks:
-                step_callbacks[fold](epoch, a, b)
+            if kind == "epoch" and key in callbacks:
+                callbacks[key](epoch, a, b)
+            elif kind == "step" and key in step_callbacks:
+                step_callbacks[key](epoch, a, b)
 
     def close(self, abort: bool = False) -> None:
         """Shut the worker pool down: after its tasks (normal end) or at once (``abort``).

@@ -14,6 +14,7 @@ trials; stale trials of dead processes are failed by heartbeat and retried.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -227,6 +228,31 @@ class SearchStage:
                 # The remaining places are being trained elsewhere; wait in case a worker dies.
                 time.sleep(POLL_S)
                 continue
+            batch = self._ask(study, target, counted, running)
+            if not batch:
+                continue  # another worker took the last place between our check and our ask
+            with contextlib.ExitStack() as beats:
+                for trial, _ in batch:
+                    beats.enter_context(heartbeat(self.storage, trial._trial_id))
+                self._run_trials(study, batch, target)
+
+    def _ask(
+        self, study: optuna.Study, target: int, counted: int, running: int
+    ) -> list[tuple[optuna.Trial, int]]:
+        """The trials to train next with their places in the budget (1-based): one, or every queued
+        trial whose parameters are already fixed.
+
+        The queued Sobol points (and trials retried with all their parameters) do not depend on
+        any result, so their folds can train in one pool without changing a number: the pool
+        starts the next trial's fold whenever a worker frees up instead of waiting for a trial's
+        slowest fold. Sampled trials stay one at a time (each depends on the results before it).
+        Only a process alone with its journal pools (``--workers``/``--storage`` keep one trial
+        per ask: their places are claimed by rank).
+        """
+        pooled = self._fixed_queue(study) if self._pools() else 0
+        n = max(1, min(pooled, target - counted - running))
+        batch: list[tuple[optuna.Trial, int]] = []
+        for _ in range(n):
             study.sampler = self._sampler_for(counted)
             trial = study.ask()
             rank = budget_rank(study.get_trials(deepcopy=False), trial.number)
@@ -234,24 +260,51 @@ class SearchStage:
                 # Another worker took the last place between our check and our ask.
                 trial.set_user_attr(SURPLUS_ATTR, True)
                 study.tell(trial, state=TrialState.PRUNED)
-                continue
-            with heartbeat(self.storage, trial._trial_id):
-                self._run_trial(study, trial, rank + 1, target)
+                break
+            batch.append((trial, rank + 1))
+        return batch
+
+    def _pools(self) -> bool:
+        req = self.request
+        return req.worker_id is None and req.workers <= 1 and not is_database_url(req.storage)
+
+    def _fixed_queue(self, study: optuna.Study) -> int:
+        """How many trials at the head of the queue (the next asks, lowest number first) have every
+        searched parameter fixed already (enqueued Sobol points, retried trials)."""
+        waiting = sorted(
+            (t for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING),
+            key=lambda t: t.number,
+        )
+        n = 0
+        for t in waiting:
+            fixed = set(t.system_attrs.get("fixed_params", {})) | set(t.params)
+            if not set(self.search_space) <= fixed:
+                break
+            n += 1
+        return n
 
     def _best_so_far(self, study: optuna.Study) -> str:
         values = [t.value for t in study.get_trials(deepcopy=False) if is_result(t)]
         return f"{max(v for v in values if v is not None):.4f}" if values else "-"
 
-    def _run_trial(self, study: optuna.Study, trial: optuna.Trial, i: int, n: int) -> None:
-        params = {**self.loss_defaults, **self.fixed_params, **suggest(trial, self.search_space)}
-        best_so_far = self._best_so_far(study)
+    def _run_trials(self, study: optuna.Study, batch: Sequence[tuple[optuna.Trial, int]], n: int) -> None:
+        """Train the folds of ``batch``'s trials in one pool; tell each trial as its folds finish."""
         n_folds = self.n_folds
-        tasks = [
-            FoldTask(f, params, derive_seed(self.request.seed, "trial", trial.number, f), embed_test=False)
-            for f in range(n_folds)
-        ]
+        best_so_far = self._best_so_far(study)
+        trials = {trial.number: (trial, i) for trial, i in batch}
+        tasks = []
+        for trial, _ in batch:
+            params = {**self.loss_defaults, **self.fixed_params, **suggest(trial, self.search_space)}
+            tasks += [
+                FoldTask(
+                    f, params, derive_seed(self.request.seed, "trial", trial.number, f), False, trial.number
+                )
+                for f in range(n_folds)
+            ]
 
         def on_epoch(task: FoldTask) -> EpochCallback:
+            i = trials[task.group][1]
+
             def cb(epoch: int, val_map: float, best: float) -> None:
                 self.progress.status(
                     f"search trial {i}/{n} fold {task.fold + 1}/{n_folds} epoch {epoch} "
@@ -261,25 +314,47 @@ class SearchStage:
             return cb
 
         def on_step(task: FoldTask) -> StepCallback:
+            i = trials[task.group][1]
             return self.step_status(f"search trial {i}/{n} fold {task.fold + 1}/{n_folds}")
 
         t0 = time.perf_counter()
-        results: dict[int, FoldResult] = {}
-        failure = None
+        results: dict[int, dict[int, FoldResult]] = {t: {} for t in trials}
+        failures: dict[int, str] = {}
+        finished: dict[int, int] = {t: 0 for t in trials}
         for outcome in self.run_folds(tasks, on_epoch, on_step):
+            number, fold = outcome.task.group, outcome.task.fold
+            trial, i = trials[number]
+            finished[number] += 1
             if outcome.failure is not None:
-                failure = failure or outcome.failure
-                continue
-            assert outcome.result is not None
-            results[outcome.task.fold] = outcome.result
-            self.progress.fold_finished(outcome.result.wall_s)
-            self.progress.status(
-                f"search trial {i}/{n}: fold {outcome.task.fold + 1}/{n_folds} done, "
-                f"best val MAP@R {outcome.result.best_val:.4f} | best trial so far {best_so_far}"
-            )
+                failures.setdefault(number, outcome.failure)
+            else:
+                assert outcome.result is not None
+                results[number][fold] = outcome.result
+                self.progress.fold_finished(outcome.result.wall_s)
+                self.progress.status(
+                    f"search trial {i}/{n}: fold {fold + 1}/{n_folds} done, "
+                    f"best val MAP@R {outcome.result.best_val:.4f} | best trial so far {best_so_far}"
+                )
+            if finished[number] == n_folds:
+                # A pooled trial's wall time runs from the pool's start to its last fold.
+                wall_s = time.perf_counter() - t0
+                self._tell(study, trial, i, n, results[number], failures.get(number), wall_s)
+
+    def _tell(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        i: int,
+        n: int,
+        results: Mapping[int, FoldResult],
+        failure: str | None,
+        wall_s: float,
+    ) -> None:
+        """Store a trial's folds and tell the study its mean validation score (or its failure)."""
+        n_folds = self.n_folds
         folds = [results[f].to_dict() for f in sorted(results)]
         trial.set_user_attr("folds", folds)
-        trial.set_user_attr("wall_s", round(time.perf_counter() - t0, 3))
+        trial.set_user_attr("wall_s", round(wall_s, 3))
         if failure is not None:
             tell_failed(study, trial, failure)
             kill_point(f"search.trial_told:{trial.number}")
