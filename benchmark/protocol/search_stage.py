@@ -253,6 +253,8 @@ class SearchStage:
         n = max(1, min(pooled, target - counted - running))
         batch: list[tuple[optuna.Trial, int]] = []
         for _ in range(n):
+            # Pooled trials all get the sampler of place ``counted``: it draws none of their
+            # (fixed) parameters, so their values are those of one-at-a-time asks.
             study.sampler = self._sampler_for(counted)
             trial = study.ask()
             rank = budget_rank(study.get_trials(deepcopy=False), trial.number)
