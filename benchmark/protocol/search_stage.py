@@ -60,6 +60,7 @@ from benchmark.search.study import (
     is_interrupted,
     is_result,
     make_sampler,
+    params_fixed,
     recover_stale,
     suggest,
     tell_failed,
@@ -279,8 +280,7 @@ class SearchStage:
         )
         n = 0
         for t in waiting:
-            fixed = set(t.system_attrs.get("fixed_params", {})) | set(t.params)
-            if not set(self.search_space) <= fixed:
+            if not params_fixed(t, self.search_space):
                 break
             n += 1
         return n

@@ -117,6 +117,16 @@ def recover_stale(study: optuna.Study) -> int:
     return len(stale)
 
 
+#: System attribute in which Optuna keeps an enqueued trial's parameters (``Study.enqueue_trial``).
+FIXED_PARAMS_ATTR = "fixed_params"
+
+
+def params_fixed(trial: FrozenTrial, space: Mapping[str, SearchDim]) -> bool:
+    """Whether every parameter of ``space`` is already decided for ``trial`` (enqueued, or written
+    before an interruption), so that asking it draws nothing from the sampler."""
+    return set(space) <= set(trial.system_attrs.get(FIXED_PARAMS_ATTR, {})) | set(trial.params)
+
+
 #: Prefix of the system attributes in which Optuna's GPSampler stores the point it drew for a
 #: trial, before the trial's parameters are written one by one (optuna/samplers/_gp/sampler.py).
 GP_POINT_ATTR = "gp:relative_params"
