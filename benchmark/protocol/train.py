@@ -105,6 +105,10 @@ def embed(
     if batch_size is None:
         batch_size = embed_batch_size(device)
     model.eval()
+    # Not done: folding BatchNorm into the convolutions for evaluation (torch's fuse_conv_bn_eval
+    # on a copy). Measured on glyphs fold 0 (mfcont, 1 thread, benchmarks/profile_fold.py), the
+    # validation embedding took 2.82 s instead of 3.05 s of a 20.6 s fold (1.1%), and the folded
+    # weights round differently (embeddings differ by up to 2e-6), which would change every record.
     out = []
     for start in range(0, len(images), batch_size):
         x = eval_batch(images[start : start + batch_size].to(device))
