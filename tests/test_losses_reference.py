@@ -524,6 +524,21 @@ def test_proxynca_log_space_matches_pml(scale: float) -> None:
     torch.testing.assert_close(ours(emb, LABELS), pml(emb, LABELS), rtol=TOL, atol=TOL)
 
 
+@pytest.mark.parametrize(("num_classes", "k"), [(1, 2), (5, 3), (91, 10)])
+def test_block_sparse_centres_regulariser_matches_pml(num_classes: int, k: int) -> None:
+    from pytorch_metric_learning.regularizers import SparseCentersRegularizer
+
+    from benchmark.losses.pml_modules import BlockSparseCentersRegularizer
+
+    weights = _rand(num_classes * k, DIM, seed=22).requires_grad_(True)
+    want = SparseCentersRegularizer(num_classes, k)(weights)
+    (want_grad,) = torch.autograd.grad(want, weights)
+    got = BlockSparseCentersRegularizer(num_classes, k)(weights)
+    (got_grad,) = torch.autograd.grad(got, weights)
+    torch.testing.assert_close(got, want, rtol=TOL, atol=TOL)
+    torch.testing.assert_close(got_grad, want_grad, rtol=TOL, atol=TOL)
+
+
 # --- remaining PML baselines: loop recomputations with PML's averaging conventions -------------
 # These pin down that the wrappers pass the hyperparameters PML expects (units, names) and
 # document how PML averages (e.g. AvgNonZero: the mean over the non-zero terms only).
