@@ -15,6 +15,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
 from benchmark.losses.base import LossContext, check_integer, check_positive
+from benchmark.losses.functional import multi_proxy_regulariser
 
 __all__ = [
     "BlockSparseCentersRegularizer",
@@ -59,31 +60,24 @@ class BlockSparseCentersRegularizer(regularizers.SparseCentersRegularizer):  # t
     training classes per fold, K = 10: 910 centres) that made SoftTriple's training step about
     twice that of the other class-based losses, and its mini run the only one over 10 minutes
     (617 s). Same terms, in PML's order (class by class, row by row of the upper triangle), same
-    divisor and reducer; the block products round differently from the full one (float32 eps).
+    divisor; the block products round differently from the full one (float32 eps).
     """
 
     def set_class_masks(self, num_classes: int, centers_per_class: int) -> None:
         # Instead of PML's two (C·K)² masks: the block layout is all compute_loss needs.
         self.num_classes = num_classes
         self.centers_per_class = centers_per_class
-        self.block_pairs = torch.triu_indices(centers_per_class, centers_per_class, offset=1)
 
     def compute_loss(self, weights: Tensor) -> dict[str, dict[str, object]]:
-        k = self.centers_per_class
-        # The distance's own normalisation (L2), as PML applies it before its matrix.
-        centers = self.distance.normalize(weights).view(self.num_classes, k, -1)
-        block_sims = centers @ centers.transpose(1, 2)
-        rows, cols = self.block_pairs.to(weights.device)
-        same_class = block_sims[:, rows, cols].reshape(-1)
-        small_val = c_f.small_val(weights.dtype)
-        reg = torch.sqrt(2.0 + small_val - torch.clamp(2.0 * same_class, max=2))
+        # The regulariser is MPA's (functional.multi_proxy_regulariser, same terms, order and
+        # divisor C·K·(K-1)). Only PML's sqrt guard differs: it adds float32's tiny to 2, which
+        # rounds away, so for distinct centres the two agree bit for bit.
+        centers = weights.view(self.num_classes, self.centers_per_class, -1)
         return {
             "loss": {
-                "losses": reg,
-                "indices": c_f.torch_arange_from_size(reg),
-                "reduction_type": "element",
-                # PML's 2 · (number of same-class pairs).
-                "divisor": 2 * same_class.numel(),
+                "losses": multi_proxy_regulariser(centers),
+                "indices": None,
+                "reduction_type": "already_reduced",
             }
         }
 
