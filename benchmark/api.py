@@ -46,6 +46,7 @@ def run(
     storage: str | None = None,
     workers: int = 1,
     heartbeat: int | None = None,
+    resume_mixed_code: bool = False,
 ) -> RunResult:
     """Run ``protocol`` for ``loss`` (resuming finished work) and refresh the leaderboard.
 
@@ -86,6 +87,7 @@ def run(
         storage=storage,
         workers=workers,
         heartbeat=heartbeat,
+        resume_mixed_code=resume_mixed_code,
     )
     # Names, values and output folders are checked before torch, Optuna and faiss are imported:
     # a mistake is reported in a fraction of a second instead of after seconds of imports.

@@ -200,8 +200,24 @@ class RunRecord:
 
     @property
     def commit(self) -> str:
-        """The short git commit, ``+dirty`` when the tree had local changes."""
-        return self.git_commit[:10] + ("+dirty" if self.dirty else "")
+        """The short git commit, ``+dirty`` when the tree had local changes, ``+mixed`` when more
+        than one code version trained its folds or wrote it (see :attr:`code_versions`)."""
+        return self.git_commit[:10] + ("+dirty" if self.dirty else "") + ("+mixed" if self.mixed_code else "")
+
+    @cached_property
+    def code_versions(self) -> Mapping[str, int]:
+        """Fold trainings (search and test) per code version behind the record, the one that wrote
+        it included (:func:`benchmark.protocol.provenance.code_versions`; ``unrecorded`` for fold
+        results written before they carried their code)."""
+        from benchmark.protocol.provenance import code_versions
+
+        return code_versions(self.document)
+
+    @property
+    def mixed_code(self) -> bool:
+        """Whether more than one code version is behind the record (a run resumed across a code
+        change, or search workers with different checkouts)."""
+        return len(self.code_versions) > 1
 
     @cached_property
     def convergence(self) -> Mapping[str, Any]:

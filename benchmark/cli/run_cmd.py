@@ -76,6 +76,13 @@ def add_parser(sub: Any) -> None:
         help="local state dict of the trunk's pretrained weights (same as --set model.trunk_weights=PATH; "
         "weights are never downloaded)",
     )
+    p.add_argument(
+        "--resume-mixed-code",
+        action="store_true",
+        help="resume a run directory although other code (another commit or other local changes) "
+        "trained part of it; the record and leaderboard then say that its folds mix code versions "
+        "(default: refuse)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
@@ -104,6 +111,7 @@ def handle(args: argparse.Namespace) -> int:
         storage=args.storage,
         workers=args.workers,
         heartbeat=args.heartbeat,
+        resume_mixed_code=args.resume_mixed_code,
     )
     md = result.leaderboard_paths[0]
     print()

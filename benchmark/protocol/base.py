@@ -36,7 +36,9 @@ from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
 from benchmark.protocol.device import pick_device
+from benchmark.protocol.environment import code_identity
 from benchmark.protocol.progress import Progress, Stopwatch
+from benchmark.protocol.provenance import check_resume_code, code_summary
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
 from benchmark.protocol.specs import resolve_run_config
@@ -173,8 +175,13 @@ class ProtocolRun:
                 )
             self.resumed = True
         else:
-            write_json_atomic(ident_path, identity)
             self.resumed = False
+        # Before run.json, so that a run directory with an identity always has a code history.
+        self.code_history = check_resume_code(
+            self.run_dir, code_identity(), self.resumed, req.resume_mixed_code
+        )
+        if not self.resumed:
+            write_json_atomic(ident_path, identity)
         self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
 
     # -- step 5: the protocol's -----------------------------------------------------------------
@@ -235,6 +242,9 @@ class ProtocolRun:
     def write_record(self) -> None:
         """Write the record into the run directory, then under ``results_dir`` (the leaderboard's input)."""
         self.record = self.build_record()
+        # Which code trained its folds (from the folds themselves: every protocol's, plugins' too)
+        # and which wrote it.
+        self.record["code"] = code_summary(self.record, code_identity(), self.code_history)
         write_json_atomic(self.run_dir / "record.json", self.record)
         kill_point("record.run_dir")
         req = self.request

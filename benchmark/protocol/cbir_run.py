@@ -169,6 +169,7 @@ class CBIRRun(RepeatedRun):
             # Always "max_epochs": eval_every >= max_epochs leaves one validation, after the last
             # epoch, so patience can never fire (no selection on the queries, by design).
             "stopped_by": result.stopped_by,
+            "code": result.code,
             "n_anchors": None if anchors is None else len(anchors.classes),
         }
 

@@ -104,10 +104,20 @@ def stage_stops(record: Mapping[str, Any]) -> dict[str, list[tuple[str, bool]]]:
         out["search"] += [_stop(f, train) for f in folds]
         if trial.get("failure") and not trial.get("interrupted") and n_folds is not None:
             out["search"] += [("diverged", True)] * max(0, n_folds - len(folds))
+    out["test"] = [_stop(fold, train) for stage, fold in fold_trainings(record) if stage == "test"]
+    return out
+
+
+def fold_trainings(record: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(stage, fold result) of every fold training a record stores: the folds of each search trial,
+    then those of each test repetition (MLRC), or the repetition itself where a repetition is one
+    training (traditional, cbir)."""
+    for trial in record.get("search", {}).get("trials", []):
+        for fold in trial.get("folds", []):
+            yield "search", fold
     for rep in record.get("test", {}).get("rep_details", []):
         for fold in _test_folds(rep):
-            out["test"].append(_stop(fold, train))
-    return out
+            yield "test", fold
 
 
 def _test_folds(rep: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

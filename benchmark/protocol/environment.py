@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -39,7 +41,7 @@ def git_commit(cwd: Path | None = None) -> dict[str, Any]:
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)results"],
+            ["git", "status", "--porcelain", "--untracked-files=no", *_CODE_PATHS],
             cwd=root,
             capture_output=True,
             text=True,
@@ -49,6 +51,39 @@ def git_commit(cwd: Path | None = None) -> dict[str, Any]:
         return {"commit": sha, "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown", "dirty": None}
+
+
+# The source tree minus what runs write (see git_commit).
+_CODE_PATHS = ("--", ":(top)", ":(top,exclude)results")
+
+
+@functools.cache
+def code_identity() -> str:
+    """Which code this process runs (:func:`tree_identity` of dmlbench's source, computed once)."""
+    return tree_identity(Path(__file__).resolve().parent)
+
+
+def tree_identity(root: Path) -> str:
+    """The code of the checkout holding ``root``, as one comparable string.
+
+    The full commit; for a tree with uncommitted changes (outside ``results/``)
+    ``<commit>+dirty:<sha256 of the diff, 12 hex>``, so two different edits of one commit are two
+    identities; outside a git checkout ``dmlbench <version>`` (an installed package). Every fold
+    result carries it, so a record can tell when its folds were trained by different code (a run
+    resumed after a code change, or search workers on machines with different checkouts).
+    """
+    git = git_commit(root)
+    if git["commit"] == "unknown":
+        return f"dmlbench {package_versions()['dmlbench']}"
+    if not git["dirty"]:
+        return str(git["commit"])
+    try:
+        diff = subprocess.run(
+            ["git", "diff", "HEAD", *_CODE_PATHS], cwd=root, capture_output=True, check=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"{git['commit']}+dirty"
+    return f"{git['commit']}+dirty:{hashlib.sha256(diff).hexdigest()[:12]}"
 
 
 def package_versions() -> dict[str, str]:

@@ -48,6 +48,7 @@ class RunRequest:
     workers: int = 1  # local search processes sharing the study
     worker_id: int | None = None  # set in a process started by --workers: it only runs search trials
     heartbeat: int = DEFAULT_HEARTBEAT_S  # seconds between heartbeats of a running trial (database)
+    resume_mixed_code: bool = False  # resume a run directory that other code worked in
 
 
 #: ``--device`` values: ``auto`` (CUDA if present), ``cpu``, ``cuda`` / ``cuda:N``, ``mps``.

@@ -83,6 +83,7 @@ class TraditionalRun(RepeatedRun):
             "epochs": result.epochs,
             "stopped_by": result.stopped_by,
             "curve": [[e, v] for e, v in result.curve],
+            "code": result.code,
         }
 
     def evaluate_untrained(self) -> dict[str, dict[str, float]]:

@@ -30,6 +30,7 @@ from benchmark.metrics import evaluate as evaluate
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
 from benchmark.protocol.convergence import STOP_REASONS
+from benchmark.protocol.environment import code_identity
 from benchmark.protocol.training_options import LoopControl, configure_model
 
 # train_batch, build_loss and evaluate are imported "as" themselves (explicit re-exports for
@@ -57,6 +58,8 @@ class FoldResult:
     wall_s: float
     curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch, val MAP@R)
     stopped_by: str = "max_epochs"  # one of STOP_REASONS
+    #: The code that trained the fold (environment.code_identity); "" = not recorded.
+    code: str = ""
 
     def __post_init__(self) -> None:
         if self.stopped_by not in STOP_REASONS:
@@ -70,6 +73,7 @@ class FoldResult:
             "stopped_by": self.stopped_by,
             "wall_s": round(self.wall_s, 3),
             "curve": [[e, v] for e, v in self.curve],
+            "code": self.code,
         }
 
 
@@ -476,5 +480,7 @@ def train_with_loss(
     control.finish()
     model.load_state_dict(best_state)
     loss_fn.load_state_dict(best_loss_state)
-    result = FoldResult(best_val, best_epoch, epoch, time.perf_counter() - t0, curve, stopped_by)
+    result = FoldResult(
+        best_val, best_epoch, epoch, time.perf_counter() - t0, curve, stopped_by, code=code_identity()
+    )
     return result, model, loss_fn

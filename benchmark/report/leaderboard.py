@@ -44,6 +44,7 @@ from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS, MLRC_METRICS
 from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE
+from benchmark.protocol.provenance import short_code
 from benchmark.records import (
     MLRC_MODES,
     Interval,
@@ -500,6 +501,19 @@ def convergence_footer(budget: str, records: Sequence[RecordLike]) -> list[str]:
     return out
 
 
+def code_footer(records: Sequence[RecordLike]) -> list[str]:
+    """A footer line per record whose folds were trained by more than one code version."""
+    out = []
+    for r in map(as_record, records):
+        if r.mixed_code:
+            parts = ", ".join(f"{short_code(code)} {n}" for code, n in r.code_versions.items())
+            out.append(
+                f"{r.loss}: mixed code: {len(r.code_versions)} code versions are behind this record "
+                f"(fold trainings per version: {parts}); the commit column names the one that wrote it."
+            )
+    return out
+
+
 def _plain(x: float | None) -> str:
     value = nan_if_none(x)
     return "–" if math.isnan(value) else f"{value:.3g}"
@@ -556,6 +570,7 @@ def _markdown_footer(s: Section) -> list[str]:
     )
     out += footer_notes(s.chosen)
     out += convergence_footer(s.budget, s.chosen)
+    out += code_footer(s.chosen)
     devs = s.deviations()
     out.append(
         "Deviations from the paper protocol: "

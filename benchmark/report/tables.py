@@ -29,6 +29,7 @@ from benchmark.report.leaderboard import (
     Row,
     available_runs,
     build_leaderboard,
+    code_footer,
     convergence_footer,
     csv_text,
     footer_notes,
@@ -154,6 +155,7 @@ def latex_text(lb: Leaderboard) -> str:
         )
         lines += [_comment(note) for note in footer_notes(s.chosen)]
         lines += [_comment(line) for line in convergence_footer(s.budget, s.chosen)]
+        lines += [_comment(line) for line in code_footer(s.chosen)]
         lines.append(
             _comment(
                 "Reps and commits: "
