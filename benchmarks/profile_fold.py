@@ -32,7 +32,7 @@ from torch import nn
 
 import benchmark.protocol.train as train_module
 from benchmark.budgets import BUDGETS
-from benchmark.config import RunConfig, load_protocol_file, resolve_config
+from benchmark.config import RunConfig, load_protocol_file, parse_set_option, resolve_config
 from benchmark.data.splits import mlrc_split
 from benchmark.losses import LOSSES
 from benchmark.models.features import Samples
@@ -43,19 +43,9 @@ from benchmark.protocol.train import FoldResult
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["train.max_epochs=50"]`` -> ``{"train.max_epochs": 50}`` (ints, floats, else strings)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, _, text = item.partition("=")
-        value: Any = text
-        for kind in (int, float):
-            try:
-                value = kind(text)
-                break
-            except ValueError:
-                continue
-        out[key.strip()] = value
-    return out
+    """``["train.max_epochs=50", "model.freeze_trunk_bn=true"]`` -> a dict, each value read as
+    ``dmlbench run --set`` reads it (TOML: numbers, booleans, lists; bare words are strings)."""
+    return dict(parse_set_option(item) for item in items)
 
 
 def mlrc_folds(dataset_name: str, data_dir: str, budget: str, sets: list[str]) -> tuple[RunConfig, FoldData]:

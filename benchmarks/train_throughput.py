@@ -54,7 +54,7 @@ from profile_fold import train_cpu_fold
 from torch import nn
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import RunConfig, load_protocol_file, resolve_config
+from benchmark.config import RunConfig, load_protocol_file, parse_set_option, resolve_config
 from benchmark.data.augment import AugmentSpec, train_batch
 from benchmark.data.base import ImageDataset
 from benchmark.data.sampler import MPerClassSampler
@@ -68,19 +68,9 @@ SEED = 0
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["train.max_epochs=50"]`` -> ``{"train.max_epochs": 50}`` (ints, floats, else strings)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, _, text = item.partition("=")
-        value: Any = text
-        for kind in (int, float):
-            try:
-                value = kind(text)
-                break
-            except ValueError:
-                continue
-        out[key.strip()] = value
-    return out
+    """``["train.max_epochs=50", "model.freeze_trunk_bn=true"]`` -> a dict, each value read as
+    ``dmlbench run --set`` reads it (TOML: numbers, booleans, lists; bare words are strings)."""
+    return dict(parse_set_option(item) for item in items)
 
 
 def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> RunConfig:
