@@ -52,7 +52,12 @@ CPU_COMMON: dict[str, Any] = {
 #   epochs) it starts at val MAP@R 0.37 where a random init starts at 0.14, and reaches 0.56 after
 #   150 iterations (random init 0.40);
 # - BatchNorm statistics still train (a deviation from MLRC): frozen at the symbol source's, lr 1e-4
-#   dropped val MAP@R from 0.37 to 0.16 in 50 iterations and lr 1e-5 crawled (0.49 after 400);
+#   dropped val MAP@R from 0.37 to 0.16 in 50 iterations and lr 1e-5 crawled (0.49 after 400).
+#   Re-estimated on each fold's training images first (AdaBN: one pass of the eval transform in
+#   train mode, cumulative average, then frozen) does not help: the re-estimate alone keeps glyphs
+#   fold 0 at val MAP@R 0.237 (source statistics 0.241), but training mfcont at lr 1e-4 on it then
+#   collapses (folds 0-2: best 0.048, 0.041, 0.031 at the first validation, stopped by patience
+#   at epoch 3); frozen statistics would have saved the batch-statistics passes (~15% of a step);
 # - lr 1e-4 (RMSprop, trunk and embedder): 3e-4 and 1e-3 start lower and peak lower or no sooner
 #   (omniglot fold 0, mfcont: best 0.627 at epoch 10 with 1e-4, 0.655 at 12 with 3e-4, 0.534 at 13
 #   with 1e-3; glyphs fold 0: 0.769 at 19, 0.727 at 20, 0.262 at 9);
