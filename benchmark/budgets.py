@@ -57,7 +57,9 @@ CPU_COMMON: dict[str, Any] = {
 #   train mode, cumulative average, then frozen) does not help: the re-estimate alone keeps glyphs
 #   fold 0 at val MAP@R 0.237 (source statistics 0.241), but training mfcont at lr 1e-4 on it then
 #   collapses (folds 0-2: best 0.048, 0.041, 0.031 at the first validation, stopped by patience
-#   at epoch 3); frozen statistics would have saved the batch-statistics passes (~15% of a step);
+#   at epoch 3), and at lr 3e-5 falls too (folds 0-3: 0.124, 0.211, 0.148, 0.120 at the first
+#   validation, lower after); frozen statistics would have saved the batch-statistics passes
+#   (~15% of a step);
 # - lr 1e-4 (RMSprop, trunk and embedder): 3e-4 and 1e-3 start lower and peak lower or no sooner
 #   (omniglot fold 0, mfcont: best 0.627 at epoch 10 with 1e-4, 0.655 at 12 with 3e-4, 0.534 at 13
 #   with 1e-3; glyphs fold 0: 0.769 at 19, 0.727 at 20, 0.262 at 9);
