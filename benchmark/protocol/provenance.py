@@ -62,10 +62,8 @@ def code_summary(
 ) -> dict[str, Any]:
     """The record's ``code`` entry: the code writing it, fold trainings per code version, and
     whether more than one version is behind the record."""
-    out: dict[str, Any] = {"writer": writer}
-    versions = code_versions({**record, "code": out})
-    out["folds"] = fold_codes(record)
-    out["mixed"] = len(versions) > 1
+    folds = fold_codes(record)
+    out: dict[str, Any] = {"writer": writer, "folds": folds, "mixed": len({*folds, writer}) > 1}
     if run_dir_history is not None:
         out["run_dir_history"] = run_dir_history
     return out
@@ -80,10 +78,13 @@ def check_resume_code(run_dir: Path, current: str, resumed: bool, allow_mixed: b
     """
     path = run_dir / CODE_FILE
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    if not resumed or not path.exists():
-        history: list[dict[str, Any]] = [] if not resumed else [{"code": UNRECORDED, "since": None}]
-    else:
+    history: list[dict[str, Any]]
+    if not resumed:
+        history = []
+    elif path.exists():
         history = list(read_json(path))
+    else:
+        history = [{"code": UNRECORDED, "since": None}]
     if history and history[-1]["code"] == current:
         return history
     if history and not allow_mixed:
