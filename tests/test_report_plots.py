@@ -7,12 +7,16 @@ import contextlib
 import io
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from benchmark.cli import report_cmd
+from benchmark.report.figure_files import save_figure, save_figures
 from benchmark.report.plots import importance_target_quantile, param_importances, training_wall_s, write_plots
 from benchmark.stats.intervals import t_interval
 
@@ -99,6 +103,30 @@ def test_files_exist_and_are_non_empty(plotted: tuple[Path, str]) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, kind
         assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 2000, kind
         assert f"plot: {png}" in messages and f"plot: {pdf}" in messages
+
+
+def test_saving_processes_write_the_same_bytes(plotted: tuple[Path, str], tmp_path: Path) -> None:
+    """The plots saved by 2 spawned processes are the bytes one process writes, in the same order."""
+    root, _ = plotted
+    written: dict[int, dict[str, bytes]] = {}
+    for jobs in (1, 2):
+        copy = tmp_path / f"jobs{jobs}"
+        shutil.copytree(root, copy)
+        paths = write_plots(copy, "glyphs", "mlrc", log=lambda _: None, jobs=jobs)
+        written[jobs] = {p.name: p.read_bytes() for p in paths}
+        assert [p.name for p in paths][-1] == "README.md"
+    assert list(written[1]) == list(written[2]) and len(written[1]) == 2 * len(KINDS) + 1
+    assert written[1] == written[2]
+
+
+def test_save_figure_keeps_the_layout_engine(tmp_path: Path) -> None:
+    fig = Figure(layout="constrained")
+    fig.add_subplot().plot([0, 1], [1, 0])
+    paths = save_figure(fig, tmp_path / "fig")
+    assert [p.name for p in paths] == ["fig.png", "fig.pdf"]
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+    with pytest.raises(ValueError, match="jobs must be at least 1, got 0"):
+        save_figures([(fig, tmp_path / "fig")], jobs=0)
 
 
 def test_too_few_trials_noted(plotted: tuple[Path, str]) -> None:

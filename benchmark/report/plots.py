@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from benchmark.errors import DmlbenchError
-from benchmark.io import atomic_write, write_text_atomic
+from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
 from benchmark.records import Interval, RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
+from benchmark.report.figure_files import save_figures
 from benchmark.report.leaderboard import (
     MODES,
     Leaderboard,
@@ -52,7 +52,6 @@ from benchmark.report.leaderboard import (
 )
 
 MIN_IMPORTANCE_TRIALS = 5
-FORMATS = ("png", "pdf")
 OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
 Log = Callable[[str], None]
 _UMASK = os.umask(0)
@@ -61,19 +60,6 @@ os.umask(_UMASK)
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def _save(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` atomically (PDF without a creation date)."""
-    FigureCanvasAgg(fig)
-    paths = []
-    for ext in FORMATS:
-        path = stem.with_suffix(f".{ext}")
-        metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}
-        with atomic_write(path) as fh:
-            fig.savefig(fh, format=ext, dpi=120, metadata=metadata)
-        paths.append(path)
-    return paths
 
 
 def _grid(n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3) -> tuple[Figure, list[Axes]]:
@@ -437,6 +423,7 @@ def write_plots(
     *,
     log: Log | None = None,
     leaderboard: Leaderboard | None = None,
+    jobs: int | None = None,
 ) -> list[Path]:
     """(Re)write every plot of a dataset/protocol into ``results_dir/dataset/protocol/plots/``.
 
@@ -444,7 +431,8 @@ def write_plots(
     when not given), per budget from its newest record per loss and the metrics those share.
     Returns the written paths (PNG and PDF of each plot, then ``README.md``, which also lists
     what was skipped). Skipped plots/losses are reported through ``log`` (default: stderr). No
-    records means no plots (an empty list).
+    records means no plots (an empty list). The figures are saved by up to ``jobs`` processes
+    (:func:`benchmark.report.figure_files.save_figures`; the files do not depend on ``jobs``).
     """
     log = log or _stderr
     if leaderboard is None:
@@ -461,7 +449,7 @@ def write_plots(
         notes.append(message)
         log(message)
 
-    paths: list[Path] = []
+    to_save: list[tuple[Figure, Path]] = []
     for section in leaderboard.sections:
         budget, chosen, metrics = section.budget, list(section.chosen), section.metrics
         figures: list[tuple[str, Figure | None]] = []
@@ -482,8 +470,9 @@ def write_plots(
         for kind, fig in figures:
             if fig is None:
                 note(f"{kind}-{budget}: nothing to plot.")
-                continue
-            paths += _save(fig, folder / f"{kind}-{budget}")
+            else:
+                to_save.append((fig, folder / f"{kind}-{budget}"))
+    paths = save_figures(to_save, jobs)
     readme = folder / "README.md"
     text = _README.format(dataset=dataset, protocol=protocol, min_trials=MIN_IMPORTANCE_TRIALS)
     if notes:
