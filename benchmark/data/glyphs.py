@@ -30,6 +30,11 @@ from benchmark.errors import DataError
 
 # Regular, bold, italic/oblique and bold-italic of four families: 16 faces.
 FONT_FACES: tuple[str, ...] = DEJAVU_FACES + STIX_FACES
+# Two jittered renderings per face (SPEC §5: one rendering per face plus seeded jitter). One per
+# face (16 images per class) was measured and not taken (README command, glyphs mfcont, mini, the
+# same afternoon as a 2-per-face run): validation epochs are cheaper (1.00 against 1.12 s per fold
+# epoch) but the run trains 1557 fold epochs instead of 1361, so it took as long (872 s against
+# 866 s), and peaked lower (separated MAP@R 51.60 ± 2.33 against 54.60 ± 1.96).
 RENDERINGS_PER_FACE = 2
 # Bump when rendering changes, so that old caches are not reused.
 CACHE_VERSION = "glyphs-v1"
