@@ -34,7 +34,8 @@ FONT_FACES: tuple[str, ...] = DEJAVU_FACES + STIX_FACES
 # face (16 images per class) was measured and not taken (README command, glyphs mfcont, mini, the
 # same afternoon as a 2-per-face run): validation epochs are cheaper (1.00 against 1.12 s per fold
 # epoch) but the run trains 1557 fold epochs instead of 1361, so it took as long (872 s against
-# 866 s), and peaked lower (separated MAP@R 51.60 ± 2.33 against 54.60 ± 1.96).
+# 866 s); its separated MAP@R was 51.60 ± 2.33 against 54.60 ± 1.96 (on its own half-size test
+# set with R = 15 instead of 31, so only roughly comparable).
 RENDERINGS_PER_FACE = 2
 # Bump when rendering changes, so that old caches are not reused.
 CACHE_VERSION = "glyphs-v1"
