@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from benchmark.cli import report_cmd
+from benchmark.report import figure_files
 from benchmark.report.figure_files import save_figure, save_figures
 from benchmark.report.plots import importance_target_quantile, param_importances, training_wall_s, write_plots
 from benchmark.stats.intervals import t_interval
@@ -105,9 +106,19 @@ def test_files_exist_and_are_non_empty(plotted: tuple[Path, str]) -> None:
         assert f"plot: {png}" in messages and f"plot: {pdf}" in messages
 
 
-def test_saving_processes_write_the_same_bytes(plotted: tuple[Path, str], tmp_path: Path) -> None:
+def test_saving_processes_write_the_same_bytes(
+    plotted: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The plots saved by 2 spawned processes are the bytes one process writes, in the same order."""
     root, _ = plotted
+    submitted: list[str] = []
+
+    class CountingPool(figure_files.ProcessPoolExecutor):  # the real pool, counting what it is given
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.append(args[1])
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(figure_files, "ProcessPoolExecutor", CountingPool)
     written: dict[int, dict[str, bytes]] = {}
     for jobs in (1, 2):
         copy = tmp_path / f"jobs{jobs}"
@@ -115,6 +126,8 @@ def test_saving_processes_write_the_same_bytes(plotted: tuple[Path, str], tmp_pa
         paths = write_plots(copy, "glyphs", "mlrc", log=lambda _: None, jobs=jobs)
         written[jobs] = {p.name: p.read_bytes() for p in paths}
         assert [p.name for p in paths][-1] == "README.md"
+        # jobs=1 saves in this process; jobs=2 hands every figure to the pool.
+        assert len(submitted) == (0 if jobs == 1 else len(KINDS))
     assert list(written[1]) == list(written[2]) and len(written[1]) == 2 * len(KINDS) + 1
     assert written[1] == written[2]
 
