@@ -77,6 +77,14 @@ CPU_COMMON: dict[str, Any] = {
 #   defaults, trunks re-pretrained to match) 24 px and widths 16-32-48-96 needed more epochs and
 #   peaked lower (mfcont: 94 and 86 epochs, mean best 0.722 and 0.741, against 78 and 0.757), so
 #   neither reached the patience stop sooner; a longer-pretrained trunk (18 epochs) did not either.
+#   Nor did two deviations from MLRC, each measured with benchmarks/fold_convergence.py (a scratch
+#   patch, not kept) on glyphs folds 0-3 of mfcont, proxyanchor and contrastive at defaults, two
+#   configurations at a time side by side on the 2 cores, 1 thread each. The baseline took 215 fold
+#   epochs (1.13 s each) and reached a mean best val MAP@R of 0.699. A 10x embedder lr (1e-3, trunk
+#   1e-4) took 232 epochs and reached 0.658. Freezing the first conv block (weights and BatchNorm
+#   statistics kept at the symbol source's) took 204 epochs at 1.03 s and reached 0.676. Freezing
+#   the first two blocks took 218 epochs at 0.89 s and reached 0.645: 20% less wall, but 5 points
+#   lower.
 _MINI_MLRC: dict[str, Any] = {
     **CPU_COMMON,
     "model.pretrained": True,
