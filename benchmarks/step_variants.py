@@ -18,7 +18,11 @@ random uint8 images and m-per-class labels, for:
 * ``both``: foreach-opt + cat-check;
 * ``foreach+cl``: foreach-opt + channels_last (:func:`benchmark.protocol.train.place_model`);
 * ``foreach+cl+fused``: foreach+cl with the fused gradient check of
-  :func:`benchmark.protocol.train._grads_finite`: the step as the fold loop now runs it on the CPU.
+  :func:`benchmark.protocol.train._grads_finite`: the step as the fold loop now runs it on the CPU;
+* ``compiled``: foreach+cl+fused with the model wrapped in ``torch.compile`` (inductor, static
+  shapes; forward and backward compiled, loss and optimiser eager). Not in the default list: its
+  compile time is paid per process, i.e. per fold, so it is printed separately (the warm-up block's
+  time; a second run of the script shows the time with inductor's on-disk cache warm).
 
 Variants run in interleaved blocks of ``--steps`` steps (the block order rotates each round, so
 load drift on the shared machine hits them alike), after warm-up; per variant the median block
@@ -44,6 +48,7 @@ from benchmark.models.trunks import build_model
 from benchmark.protocol.train import _grads_finite
 
 VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both", "foreach+cl", "foreach+cl+fused")
+OPTIONAL_VARIANTS = ("compiled",)
 
 
 def grads_finite_loop(params: list[nn.Parameter]) -> bool:
@@ -65,17 +70,22 @@ class Trainer:
         self.loss = build_loss(args.loss, LossContext(n_classes, 128), {})
         self.params = list(self.model.parameters())
         self.loss_params = [p for p in self.loss.parameters() if p.requires_grad]
-        foreach = variant in ("foreach-opt", "both", "foreach+cl", "foreach+cl+fused")
+        fused_cl = variant in ("foreach+cl+fused", "compiled")
+        foreach = fused_cl or variant in ("foreach-opt", "both", "foreach+cl")
         self.opt = self._opt(self.params, 1e-4, 1e-4, foreach)
         self.loss_opt = self._opt(self.loss_params, 1e-3, 0.0, foreach) if self.loss_params else None
         self.check: Callable[[list[nn.Parameter]], bool] = grads_finite_loop
         if variant in ("cat-check", "both"):
             self.check = grads_finite_cat
-        elif variant == "foreach+cl+fused":
+        elif fused_cl:
             self.check = _grads_finite
-        self.channels_last = variant in ("channels_last", "foreach+cl", "foreach+cl+fused")
+        self.channels_last = fused_cl or variant in ("channels_last", "foreach+cl")
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        # The parameters stay the eager module's (the optimisers hold them); only the call is compiled.
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = (
+            torch.compile(self.model, dynamic=False) if variant == "compiled" else self.model
+        )
 
     @staticmethod
     def _opt(params: list[nn.Parameter], lr: float, wd: float, foreach: bool) -> torch.optim.Optimizer:
@@ -85,7 +95,7 @@ class Trainer:
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        loss = self.loss(self.model(x), y)
+        loss = self.loss(self.forward(x), y)
         if not torch.isfinite(loss):
             raise RuntimeError("diverged")
         self.opt.zero_grad(set_to_none=True)
@@ -110,10 +120,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"also: {', '.join(OPTIONAL_VARIANTS)}"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS + OPTIONAL_VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; valid: {', '.join(VARIANTS + OPTIONAL_VARIANTS)}")
     m = LOSSES.get(args.loss).m_per_class
     rng = np.random.default_rng(0)
     gen = torch.Generator().manual_seed(0)
@@ -127,10 +142,13 @@ def main() -> None:
         )
         batches.append((train_batch(images, CHARACTER_AUGMENT, gen), y))
     trainers = {v: Trainer(v, args, args.classes) for v in variants}
-    # Warm-up: the first block's batches, every variant.
+    # Warm-up: the first block's batches, every variant (for ``compiled``, this is where it compiles).
+    warmup_s: dict[str, float] = {}
     for v in variants:
+        t0 = time.perf_counter()
         for x, y in batches[: args.steps]:
             trainers[v].step(x, y)
+        warmup_s[v] = time.perf_counter() - t0
     per_step: dict[str, list[float]] = {v: [] for v in variants}
     for b in range(args.blocks):
         block = batches[(b + 1) * args.steps : (b + 2) * args.steps]
@@ -146,8 +164,11 @@ def main() -> None:
     )
     base = statistics.median(per_step["baseline"]) if "baseline" in per_step else float("nan")
     ref = trainers.get("baseline")
-    print("| variant | median ms/step | min-max ms | ratio to baseline (time) | weights vs baseline |")
-    print("|---|---:|---:|---:|---|")
+    print(
+        "| variant | median ms/step | min-max ms | ratio to baseline (time) | weights vs baseline "
+        "| warm-up block s |"
+    )
+    print("|---|---:|---:|---:|---|---:|")
     for v in variants:
         med = statistics.median(per_step[v])
         same = "–"
@@ -159,7 +180,7 @@ def main() -> None:
             )  # fmt: skip
         print(
             f"| {v} | {1e3 * med:.2f} | {1e3 * min(per_step[v]):.2f}-{1e3 * max(per_step[v]):.2f} "
-            f"| {med / base:.3f} | {same} |"
+            f"| {med / base:.3f} | {same} | {warmup_s[v]:.2f} |"
         )
 
 
