@@ -64,8 +64,8 @@ CPU_COMMON: dict[str, Any] = {
 #   (omniglot fold 0, mfcont: best 0.627 at epoch 10 with 1e-4, 0.655 at 12 with 3e-4, 0.534 at 13
 #   with 1e-3; glyphs fold 0: 0.769 at 19, 0.727 at 20, 0.262 at 9);
 # - short epochs (50 iterations), validation after each and patience 2: a fold stops 100 iterations
-#   after its best epoch. Measured per loss in the issue-12 closing note (fold 0 of glyphs and
-#   omniglot, every registered loss at its defaults): stops by patience, median epochs. The same
+#   after its best epoch. Measured per loss with benchmarks/fold_convergence.py (fold 0 of glyphs
+#   and omniglot, every registered loss at its defaults): stops by patience, median epochs. The same
 #   100-iteration horizon with half the validations (100-iteration epochs, the paper's, patience 1)
 #   saved nothing: glyphs folds 0-3 of mfcont, proxyanchor and contrastive at defaults (1 thread
 #   each, both schedules side by side on the 2 cores) took 209 s against 211 s for the 12 folds,
