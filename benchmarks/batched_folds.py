@@ -25,8 +25,8 @@ printed with the ratio to ``separate``. The images are random (augmentation cost
 every layout) and the loss is PML's ContrastiveLoss on 8 classes x 4 images per fold. Before
 measuring, a grouped copy of 2 separate models is checked to give their outputs (it does, exactly).
 
-Measured on the idle 2-core CPU on 2026-11-24 (runs 1-2: ``--steps 60 --repeats 5``; run 3:
-``--steps 200 --repeats 7``):
+Measured on the idle 2-core CPU (AMD EPYC; torch CPU capability AVX2) on 2026-11-24 (runs 1-2:
+``--steps 60 --repeats 5``; run 3: ``--steps 200 --repeats 7``):
 
 | layout | run 1 | run 2 | run 3 |
 |---|---:|---:|---:|
