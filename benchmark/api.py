@@ -138,11 +138,23 @@ def report(
     metrics: Sequence[str] | None = None,
     budget: str | None = None,
     format: str = "md",
+    convergence: bool = False,
 ) -> str:
     """The leaderboard of ``dataset``/``protocol`` from the records under ``results_dir``, rendered as
-    ``format`` (md, csv, tex or json), as ``dmlbench report`` prints it."""
+    ``format`` (md, csv, tex or json), as ``dmlbench report`` prints it; with ``convergence``, the
+    convergence table instead (md or csv), as ``dmlbench report --convergence`` prints it."""
     from benchmark.report.tables import FORMATS, render, resolve_metrics, select_records
 
+    if convergence:
+        from benchmark.report.convergence_table import CONVERGENCE_FORMATS, render_convergence
+        from benchmark.report.leaderboard import load_leaderboard
+
+        if format not in CONVERGENCE_FORMATS:
+            raise ConfigError(
+                f"Unknown convergence table format {format!r}; valid: {', '.join(CONVERGENCE_FORMATS)}."
+            )
+        lb = load_leaderboard(Path(results_dir), dataset, protocol, budget=budget, metrics=metrics)
+        return render_convergence(format, lb)
     if format not in FORMATS:
         raise ConfigError(f"Unknown report format {format!r}; valid: {', '.join(FORMATS)}.")
     by_budget = select_records(Path(results_dir), dataset, protocol, budget)

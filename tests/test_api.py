@@ -41,6 +41,20 @@ def test_report_is_what_dmlbench_report_prints(protocol: str, capsys: pytest.Cap
     assert api.report("glyphs", protocol=protocol, results_dir=results) == printed
 
 
+@pytest.mark.parametrize("protocol", ["mlrc", "traditional", "cbir"])
+def test_convergence_report_is_what_dmlbench_report_prints(
+    protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = REPO / "results"
+    args = ["report", "--dataset", "glyphs", "--protocol", protocol, "--results-dir", str(results)]
+    assert main([*args, "--convergence"]) == 0
+    printed = capsys.readouterr().out
+    assert "| Loss | Search by patience |" in printed
+    assert api.report("glyphs", protocol=protocol, results_dir=results, convergence=True) == printed
+    with pytest.raises(ConfigError, match="Unknown convergence table format 'tex'"):
+        api.report("glyphs", protocol=protocol, results_dir=results, convergence=True, format="tex")
+
+
 def test_run_refuses_bad_arguments_before_any_compute(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--workers must be >= 1"):
         api.run("contrastive", workers=0, out=tmp_path)

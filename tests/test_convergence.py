@@ -16,9 +16,10 @@ import torch
 
 import benchmark.protocol.train as train_module
 from benchmark.budgets import BUDGETS
+from benchmark.cli.main import main
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.base import ImageDataset
-from benchmark.protocol.convergence import convergence_summary, derive_stop
+from benchmark.protocol.convergence import convergence_summary, derive_stop, stage_fold_stats
 from benchmark.protocol.train import FoldResult, train_with_loss
 from benchmark.report.leaderboard import write_leaderboard
 from benchmark.report.tables import leaderboard_data, render_latex, select_records
@@ -304,3 +305,100 @@ def test_committed_older_records_still_render() -> None:
             for row in budget["rows"][1:]:
                 assert row["convergence"]["verdict"] in {"converged", "not converged", "fixed schedule"}
                 assert row["convergence"]["test"]["n"] > 0
+
+
+# -- the convergence table (dmlbench report --convergence) -----------------------------------------
+
+
+def test_stage_fold_stats_are_medians_and_sums_over_the_stored_folds() -> None:
+    record = {
+        "search": {
+            "trials": [
+                {
+                    "folds": [
+                        {"best_epoch": 2, "epochs": 4, "wall_s": 1.0},
+                        {"best_epoch": 9, "epochs": 11, "wall_s": 2.0},
+                    ]
+                },
+                {"folds": [{"best_epoch": 5, "epochs": 7, "wall_s": 3.0}]},
+            ]
+        },
+        # The second test fold has no wall time (an old record): counted, left out of that median.
+        "test": {
+            "rep_details": [
+                {"folds": [{"best_epoch": 1, "epochs": 3, "wall_s": 0.5}, {"best_epoch": 4, "epochs": 6}]}
+            ]
+        },
+    }
+    stats = stage_fold_stats(record)
+    assert stats["search"] == {
+        "n": 3,
+        "epochs": 4 + 11 + 7,
+        "median_best_epoch": 5.0,
+        "median_epochs": 7.0,
+        "median_wall_s": 2.0,
+    }
+    assert stats["test"] == {
+        "n": 2,
+        "epochs": 9,
+        "median_best_epoch": 2.5,
+        "median_epochs": 4.5,
+        "median_wall_s": 0.5,
+    }
+    assert stage_fold_stats({})["test"] == {
+        "n": 0,
+        "epochs": 0,
+        "median_best_epoch": None,
+        "median_epochs": None,
+        "median_wall_s": None,
+    }
+
+
+def test_report_convergence_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ms = mlrc_record("ms", "MS", 14)
+    ms["environment"]["cpu_capability"] = "AVX512"
+    ms["timings_s"] = {"search": 30.0, "test": 12.5}
+    for i, fold in enumerate(ms["test"]["rep_details"][0]["folds"]):
+        fold.update(best_epoch=min(i + 1, 3), wall_s=10.0 * (i + 1))  # others: best 3, wall 1.0
+    root = _write(tmp_path, [ms, mlrc_record("arcface", "ArcFace", 16)])
+    args = ["report", "--dataset", "glyphs", "--results-dir", str(root), "--convergence"]
+
+    assert main(args) == 0
+    md = capsys.readouterr().out
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in md.splitlines() if line.startswith("| ")}
+    # Test folds: best epochs 1, 2, 3, 3 and twelve 3s -> median 3; walls 10-40 and twelve 1.0 -> 1.0.
+    # Search: 11 stored folds, all best 3 of 3 epochs, wall 1.0; the failed trial's missing fold has
+    # no result to count, but its stop is derived as diverged (hence the *).
+    assert rows["ms"][1:8] == [
+        "10/12 (83%)*",
+        "14/16 (88%)",
+        "not converged",
+        "3 / 3",
+        "1.0 / 1.0",
+        str(3 * (11 + 16)),
+        "42",
+    ]
+    assert rows["ms"][8] == "AVX512" and rows["arcface"][8] == "–"  # the synthetic arcface has no CPU
+    assert rows["arcface"][3] == "converged"
+
+    assert main([*args, "--format", "csv"]) == 0
+    by_loss = {r["loss"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert (by_loss["ms"]["test_patience_stops"], by_loss["ms"]["test_fold_trainings"]) == ("14", "16")
+    assert by_loss["ms"]["test_median_fold_wall_s"] == "1.0" and by_loss["arcface"]["training_wall_s"] == ""
+
+    assert main([*args, "--format", "tex"]) == 2
+    assert "--convergence prints one table in md or csv; got --format tex" in capsys.readouterr().err
+
+
+def test_committed_records_have_a_convergence_row_each(capsys: pytest.CaptureFixture[str]) -> None:
+    results = Path(__file__).resolve().parent.parent / "results"
+    for dataset in ("glyphs", "omniglot"):
+        files = sorted((results / dataset / "mlrc" / "records").glob("*.mini.*.json"))
+        assert main(["report", "--dataset", dataset, "--results-dir", str(results), "--convergence"]) == 0
+        md = capsys.readouterr().out
+        losses = [
+            line.split(" | ")[0][2:]
+            for line in md.splitlines()
+            if line.startswith("| ") and "---" not in line
+        ]
+        assert sorted(losses[1:]) == sorted(json.loads(f.read_text())["loss"] for f in files)

@@ -1,4 +1,5 @@
-"""``dmlbench report``: print a dataset's leaderboard from its run records; optionally (re)write plots."""
+"""``dmlbench report``: print a dataset's leaderboard (or, with ``--convergence``, its convergence table)
+from its run records; optionally (re)write plots."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ def add_parser(sub: Any) -> None:
         "--published",
         action="store_true",
         help="also show the published papers' values beside each loss (Markdown; docs/protocols.md §8)",
+    )
+    p.add_argument(
+        "--convergence",
+        action="store_true",
+        help="print the convergence table instead of the leaderboard: per loss, fold trainings stopped "
+        "by patience, median best epoch, median fold wall time, CPU kind (md or csv)",
     )
     p.set_defaults(handler=handle)
 
@@ -74,7 +81,17 @@ def handle(args: argparse.Namespace) -> int:
     published = getattr(args, "published", False)  # Namespaces built by tests may lack it
     if published and args.format != "md":
         raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
-    sys.stdout.write(render_leaderboard(args.format, lb))
+    if getattr(args, "convergence", False):
+        from benchmark.report.convergence_table import CONVERGENCE_FORMATS, render_convergence
+
+        if args.format not in CONVERGENCE_FORMATS or published:
+            raise DmlbenchError(
+                f"--convergence prints one table in {' or '.join(CONVERGENCE_FORMATS)}; got "
+                f"--format {args.format}{' with --published' if published else ''}."
+            )
+        sys.stdout.write(render_convergence(args.format, lb))
+    else:
+        sys.stdout.write(render_leaderboard(args.format, lb))
     if published:
         from benchmark.report.published import published_section
 

@@ -14,6 +14,7 @@ can use it without importing the training stack.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -176,4 +177,37 @@ def convergence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "min_patience_share": MIN_PATIENCE_SHARE,
         "rule": RULE,
+    }
+
+
+#: The per-fold quantities :func:`stage_fold_stats` summarises, as stored in fold results.
+FOLD_QUANTITIES = ("best_epoch", "epochs", "wall_s")
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def stage_fold_stats(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage (search, test), how long the fold trainings of ``record`` ran: ``{"n", "epochs",
+    "median_best_epoch", "median_epochs", "median_wall_s"}``.
+
+    ``n`` counts the stored fold results and ``epochs`` sums their epochs. Each median is taken over
+    the folds that store the quantity (None when none does: cbir folds have no best epoch, and
+    very old records no wall time). A failed trial's missing folds have no results to count."""
+    values: dict[str, dict[str, list[float]]] = {stage: {q: [] for q in FOLD_QUANTITIES} for stage in STAGES}
+    counts = dict.fromkeys(STAGES, 0)
+    for stage, fold in fold_trainings(record):
+        counts[stage] += 1
+        for q in FOLD_QUANTITIES:
+            v = fold.get(q)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                values[stage][q].append(float(v))
+    return {
+        stage: {
+            "n": counts[stage],
+            "epochs": int(sum(values[stage]["epochs"])),
+            **{f"median_{q}": _median(values[stage][q]) for q in FOLD_QUANTITIES},
+        }
+        for stage in STAGES
     }
