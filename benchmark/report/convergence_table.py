@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from benchmark.errors import ConfigError
 from benchmark.protocol.convergence import stage_fold_stats
 from benchmark.records import RunRecord
 from benchmark.report.leaderboard import Leaderboard, format_share
@@ -124,4 +125,4 @@ def render_convergence(fmt: str, lb: Leaderboard) -> str:
         return convergence_markdown(lb)
     if fmt == "csv":
         return convergence_csv(lb)
-    raise ValueError(f"convergence table format must be one of {CONVERGENCE_FORMATS}, got {fmt!r}")
+    raise ConfigError(f"Unknown convergence table format {fmt!r}; valid: {', '.join(CONVERGENCE_FORMATS)}.")
