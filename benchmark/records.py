@@ -35,6 +35,7 @@ summaries), so hand-made and partial records (tests, older runs) still render.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -554,6 +555,36 @@ def latest_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[Ru
     for r in sorted(map(as_record, records), key=lambda r: (r.created, r.loss)):
         latest[r.loss] = r
     return sorted(latest.values(), key=lambda r: r.loss)
+
+
+def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
+    """What makes records replicates of one row (docs/protocols.md §4.5): the loss and the resolved
+    configuration, without where the data lay (``data.data_dir`` differs between machines) and
+    without the seed (which is not part of ``config``)."""
+    r = as_record(record)
+    config = json.loads(json.dumps(r.document.get("config", {}), sort_keys=True, default=str))
+    if isinstance(config.get("data"), dict):
+        config["data"].pop("data_dir", None)
+    canonical = json.dumps({"loss": r.loss, "config": config}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def replicates_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> dict[str, list[RunRecord]]:
+    """Per loss, the records its row folds together: those of the configuration of the loss's
+    newest record (:func:`latest_per_loss`), the newest per seed, sorted by seed.
+
+    Records of another configuration (e.g. an older run with ``--set`` overrides) are not mixed in.
+    """
+    out: dict[str, list[RunRecord]] = {}
+    typed = sorted(map(as_record, records), key=lambda r: (r.created, r.loss))
+    for newest in latest_per_loss(typed):
+        key = replicate_key(newest)
+        per_seed: dict[int | None, RunRecord] = {}
+        for r in typed:
+            if r.loss == newest.loss and replicate_key(r) == key:
+                per_seed[r.seed] = r
+        out[newest.loss] = sorted(per_seed.values(), key=lambda r: (r.seed is None, r.seed or 0))
+    return out
 
 
 def load_record(path: Path) -> RunRecord:

@@ -302,7 +302,7 @@ def test_committed_older_records_still_render() -> None:
         by_budget = select_records(results, dataset, protocol)
         data = leaderboard_data(dataset, protocol, by_budget, [])
         for budget in data["budgets"]:
-            for row in budget["rows"][1:]:
+            for row in (r for r in budget["rows"] if r["loss"] != "untrained"):
                 assert row["convergence"]["verdict"] in {"converged", "not converged", "fixed schedule"}
                 assert row["convergence"]["test"]["n"] > 0
 

@@ -68,7 +68,9 @@ def test_untestable_and_equal() -> None:
 
 
 def test_compare_budget_cells_and_pvalues() -> None:
-    comps = compare_budget("mini", records(), ["arcface", "proxyanchor"], ["mfcont", "mfcwms"], "map_at_r")
+    comps = compare_budget(
+        "mini", records(), ["arcface", "proxyanchor"], ["mfcont", "mfcwms"], "map_at_r", use_holm=False
+    )
     assert len(comps) == 2 * 2 * 2
     cells = {(c.loss, c.reference, c.mode): c for c in comps}
     for mode in MODES:
@@ -83,8 +85,9 @@ def test_compare_budget_cells_and_pvalues() -> None:
 
 
 def test_holm_matches_stats_holm() -> None:
-    plain = compare_budget("mini", records(), ["arcface", "proxyanchor"], None, "map_at_r")
-    adjusted = compare_budget("mini", records(), ["arcface", "proxyanchor"], None, "map_at_r", use_holm=True)
+    plain = compare_budget("mini", records(), ["arcface", "proxyanchor"], None, "map_at_r", use_holm=False)
+    # Holm is the default (the claims rule: a "better" is corrected for the number of comparisons).
+    adjusted = compare_budget("mini", records(), ["arcface", "proxyanchor"], None, "map_at_r")
     expected = holm([c.p for c in plain])
     assert [c.p_holm for c in adjusted] == expected
     assert [c.p for c in adjusted] == [c.p for c in plain]
@@ -105,9 +108,10 @@ def test_holm_can_flip_a_decision() -> None:
         make_record("z", a),
         make_record("w", a),
     ]
-    comps = compare_budget("mini", recs, ["ref"], None, "map_at_r", use_holm=True)
+    comps = compare_budget("mini", recs, ["ref"], None, "map_at_r")
     assert all(c.cell == "×↑" for c in comps)
-    assert all(c.cell == "✓↑" for c in compare_budget("mini", recs, ["ref"], None, "map_at_r"))
+    uncorrected = compare_budget("mini", recs, ["ref"], None, "map_at_r", use_holm=False)
+    assert all(c.cell == "✓↑" for c in uncorrected)
 
 
 def test_missing_reference_lists_available() -> None:
@@ -128,8 +132,12 @@ def test_missing_reference_lists_available() -> None:
 
 
 def test_outputs() -> None:
-    tables = compare_tables({"mini": records()}, ["arcface", "proxyanchor"], ["mfcont", "mfcwms"], "map_at_r")
+    tables = compare_tables(
+        {"mini": records()}, ["arcface", "proxyanchor"], ["mfcont", "mfcwms"], "map_at_r", use_holm=False
+    )
     md = render("md", "glyphs", "mlrc", tables, "map_at_r", False, 0.05)
+    assert "NOT corrected for the number of comparisons" in md
+    assert "Minimum difference detectable with 80% power" in md
     lines = [line for line in md.splitlines() if line.startswith("|")]
     assert lines == [
         "| Loss | vs ARCFACE Sep. | vs ARCFACE Concat. | vs PROXYANCHOR Sep. | vs PROXYANCHOR Concat. |",
@@ -154,6 +162,8 @@ def test_outputs() -> None:
     assert data["holm"] is True and data["alpha"] == 0.05
     comp = data["budgets"][0]["comparisons"][1]
     assert set(comp) >= {"p", "p_holm", "t", "significant", "direction", "cell", "mean", "reference_mean"}
+    assert {"diff_low", "diff_high", "df", "se", "scope"} <= set(comp)
+    assert comp["diff_low"] < comp["mean"] - comp["reference_mean"] < comp["diff_high"]
     tex = render("tex", "glyphs", "mlrc", tables, "map_at_r", False, 0.05)
     assert r"$\checkmark \uparrow$" in tex and r"$\times \uparrow$" in tex
     assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 1

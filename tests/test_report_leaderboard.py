@@ -57,16 +57,16 @@ def test_markdown_rows_bold_and_footer(tmp_path: Path) -> None:
     md_path, _ = write_leaderboard(root, "glyphs", "mlrc")
     lines = md_path.read_text().splitlines()
     assert (
-        "| Untrained (init trunk + random embedder) | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
-        "| 1 | 0 | abcdef1234 |" in lines
+        "| Untrained (init trunk + random embedder) |  | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
+        "| 0 | 1 | – | abcdef1234 |" in lines
     )
     assert (
-        "| MFCont | **30.00 ± 1.00** | **30.00 ± 1.00** | **30.00 ± 1.00** | **35.00 ± 1.00** | "
-        "**35.00 ± 1.00** | **35.00 ± 1.00** | 3 | 0 | abcdef1234 |"
+        "| MFCont | a | **30.00 ± 1.00** | **30.00 ± 1.00** | **30.00 ± 1.00** | **35.00 ± 1.00** | "
+        "**35.00 ± 1.00** | **35.00 ± 1.00** | 0 | 3 | training seeds | abcdef1234 |"
     ) in lines
     assert (
-        "| MS | 20.00 ± 1.00 | 20.00 ± 1.00 | 20.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 "
-        "| 25.00 ± 1.00 | 3 | 0 | abcdef1234 |" in lines
+        "| MS | b | 20.00 ± 1.00 | 20.00 ± 1.00 | 20.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 "
+        "| 25.00 ± 1.00 | 0 | 3 | training seeds | abcdef1234 |" in lines
     )
     assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in lines
     assert "Budget `mini`; search trials per loss: mfcont 8/8, ms 8/8." in lines
@@ -91,5 +91,5 @@ def test_latest_record_per_loss_wins_and_budgets_are_separate(tmp_path: Path) ->
 def test_csv_header() -> None:
     text = render_csv({"mini": [record("ms", "MS", 0.2, "x")]}, METRICS)
     header = text.splitlines()[0].split(",")
-    assert header[:6] == ["budget", "loss", "name", "seed", "reps", "commit"]
-    assert "concatenated_r_precision_ci" in header
+    assert header[:7] == ["budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit"]
+    assert "concatenated_r_precision_half_width" in header and "concatenated_r_precision_group" in header

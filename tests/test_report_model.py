@@ -37,7 +37,7 @@ def _metric_order(folder: Path) -> dict[str, list[str]]:
     csv_names = [m for m in csv_names if not m.startswith("concatenated_")]
     tex = (folder / "leaderboard.tex").read_text()
     tex_header = next(line for line in tex.splitlines() if line.startswith("Loss & "))
-    tex_cells = tex_header.removesuffix(r" \\").split(" & ")[1:-1]
+    tex_cells = tex_header.removesuffix(r" \\").split(" & ")[2:-2]
     tex_names = [by_display[c] for c in tex_cells[: len(tex_cells) // 2]]
     json_names = [m["name"] for m in json.loads((folder / "leaderboard.json").read_text())["metrics"]]
     return {"md": md_names, "csv": csv_names, "tex": tex_names, "json": json_names}
@@ -100,18 +100,20 @@ def test_budgets_sharing_no_metric_write_all_four_files(
     # The stated rule: no metric column in any format, both budgets' rows, and a note saying why.
     assert NO_SHARED_METRIC in texts["md"] and "% " + NO_SHARED_METRIC in texts["tex"]
     assert "## Budget `mini`" in texts["md"] and "## Budget `smoke`" in texts["md"]
-    assert "| Loss | Reps | Seed | Commit |" in texts["md"]
+    assert "| Loss | Group | Seeds | Reps | Interval covers | Commit |" in texts["md"]
     rows = list(csv.DictReader(io.StringIO(texts["csv"])))
     assert [(r["budget"], r["loss"]) for r in rows] == [
-        ("mini", "untrained"),
         ("mini", "a"),
-        ("smoke", "untrained"),
+        ("mini", "untrained"),
         ("smoke", "b"),
+        ("smoke", "untrained"),
     ]
     assert not [c for c in rows[0] if c.endswith("_mean")]
     data = json.loads(texts["json"])
     assert data["metrics"] == [] and [b["budget"] for b in data["budgets"]] == ["mini", "smoke"]
-    assert re.findall(r"\\begin\{tabular\}\{l\|\|\|r\}", texts["tex"]) == [r"\begin{tabular}{l|||r}"] * 2
+    assert (
+        re.findall(r"\\begin\{tabular\}\{l\|l\|\|\|rr\}", texts["tex"]) == [r"\begin{tabular}{l|l|||rr}"] * 2
+    )
     # The report command asks for one budget instead; one budget shows its own metric.
     with pytest.raises(DmlbenchError, match="share no test metric; select one --budget"):
         report_cmd.handle(_args(root))

@@ -8,22 +8,28 @@ import csv
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import scipy.stats
 from test_report_tables import MLRC, make_record, write
 
 from benchmark.cli import compare_cmd, report_cmd
 from benchmark.errors import DmlbenchError
 from benchmark.losses import LOSSES
 from benchmark.report.published import (
+    MARGIN_STEP,
+    MAX_CROSS_LOSS_CONSISTENT,
     NOT_REGISTERED,
     NOT_REGISTERED_MARK,
     SHIPPED_DIR,
     UNTRAINED,
     PublishedTable,
     PublishedValue,
+    confusion,
+    equivalence_margins,
     join,
     load_published,
     parse_table,
@@ -224,9 +230,22 @@ def test_join_difference_and_verdict() -> None:
     assert set(matches) == {("separated", "a"), ("separated", "b"), ("concatenated", "a")}
     sep_a, sep_b, cat_a = matches["separated", "a"], matches["separated", "b"], matches["concatenated", "a"]
     assert sep_a.difference == pytest.approx(-3.0) and cat_a.difference == pytest.approx(-8.0)
-    assert sep_a.allowed == pytest.approx(1.0 + hw) and sep_b.allowed == pytest.approx(1.5 + hw)
-    # |Δ| 3.0 <= 1.0 + 2.48 (within); |Δ| 4.0 > 1.0 + 2.48 + 0.5 (just outside); 8.0 far outside.
-    assert sep_a.within is True and sep_b.within is False and cat_a.within is False
+    # Tables a and b never hold two losses in one cell: no margin can be derived, no verdict.
+    assert sep_a.margin is None and sep_a.verdict is None
+    # TOST by hand: ours has se = hw / t(0.975, 2) on 2 df, table a no ± (exact).
+    se = hw / scipy.stats.t.ppf(0.975, 2)
+    q = scipy.stats.t.ppf(0.95, 2)
+    e = replace(sep_a, margin=1.0).equivalence
+    assert e is not None and e.se == pytest.approx(se) and e.df == pytest.approx(2.0)
+    assert (e.low, e.high) == (pytest.approx(-3.0 - q * se), pytest.approx(-3.0 + q * se))
+    assert e.verdict == "differs"  # the whole 90% interval lies below -1
+    assert replace(sep_a, margin=5.0).verdict == "consistent"  # inside (-5, 5)
+    assert replace(sep_a, margin=3.0).verdict == "inconclusive"  # straddles -3
+    # Table b's ± (0.5 over 10 reps) enters in quadrature, with Welch-Satterthwaite df.
+    eb = replace(sep_b, margin=1.0).equivalence
+    se_b = 0.5 / scipy.stats.t.ppf(0.975, 9)
+    assert eb is not None and eb.se == pytest.approx(math.hypot(se, se_b))
+    assert eb.df == pytest.approx((se**2 + se_b**2) ** 2 / (se**4 / 2 + se_b**4 / 9))
     # Wrong embedding size (64-d record): nothing matches.
     rec[0]["config"]["model"]["embedding_dim"] = 64
     assert [m for m in join(rec, [a, b], "cub200", "mlrc") if m.loss == "ms"] == []
@@ -242,7 +261,7 @@ def test_no_tolerance_no_verdict() -> None:
         for m in join(_cub_records({"ms": dict.fromkeys(MLRC, 0.2)}), [a], "cub200", "mlrc")
         if m.loss == "ms"
     ]
-    assert m.within is None and m.allowed is None and math.isclose(m.difference, 0.0, abs_tol=1e-9)
+    assert m.margin is None and m.verdict is None and math.isclose(m.difference, 0.0, abs_tol=1e-9)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -277,11 +296,12 @@ def test_report_published_section_is_separate(cub_root: Path, capsys: pytest.Cap
     mlrc = next(line for line in ms_sep if "mlrc2020" in line)
     published = next(v for v in _values("mlrc2020.tsv") if v.loss == "ms" and v.dataset == "cub200"
                      and v.mode == "separated" and v.metric == "map_at_r")  # fmt: skip
-    assert f"| {published.value:.2f} | {20.5 - published.value:+.2f} | yes (" in mlrc
+    # 3 repetitions at a 1-point spread cannot show |Δ| < the 0.30 margin, nor |Δ| > it.
+    assert f"| {published.value:.2f} | {20.5 - published.value:+.2f} | inconclusive (" in mlrc
     arc = [
         line for line in extra.splitlines() if line.startswith("| ARCFACE | concatenated (512-d) | MAP@R |")
     ]
-    assert arc and all("| no (" in line for line in arc)  # 35.00 is far above 26.4
+    assert arc and all("| differs (" in line for line in arc)  # 35.00 is far above 26.4
     assert "Published but not in these records:" in extra and "Margin/class" in extra
     assert "deviate from the paper protocol (`test.reps`)" in extra
 
@@ -346,6 +366,29 @@ def test_traditional_join_uses_the_test_mode_and_epochs() -> None:
         for v in _values("meanfield2024.tsv")
         if (v.table, v.dataset, v.published_name) == ("Table 2", "cub200", "ProxyAnch.")
     }
-    assert mapr.published == table2["map_at_r"] and mapr.within is not None
+    assert mapr.published == table2["map_at_r"] and mapr.verdict is not None
     assert epochs.ours == pytest.approx(record["test"]["extra_summary"]["epochs_to_best"]["mean"])
-    assert epochs.published == table2["epochs_to_best"] and epochs.within is None
+    assert epochs.published == table2["epochs_to_best"]
+    assert epochs.margin == equivalence_margins(load_published(SHIPPED_DIR))["epochs_to_best"]
+
+
+def test_shipped_margins_tell_losses_apart_and_the_confusion_table() -> None:
+    """The margin rule on the published tables themselves (docs/protocols.md §8): at each metric's
+    margin fewer than 10% of the pairs of different losses test consistent, and one step wider
+    would reach 10%; the confusion table of docs/protocols.md is this function's output."""
+    tables = load_published(SHIPPED_DIR)
+    margins = equivalence_margins(tables)
+    assert margins["map_at_r"] == pytest.approx(0.30)
+    table = confusion(tables, margins)
+    for metric, margin in margins.items():
+        cross = table[metric]["different losses"]
+        n = sum(cross.values())
+        assert cross["consistent"] / n < MAX_CROSS_LOSS_CONSISTENT
+        wider = confusion(tables, {metric: margin + MARGIN_STEP})[metric]["different losses"]
+        assert wider["consistent"] / n >= MAX_CROSS_LOSS_CONSISTENT
+    # 24 same-loss cells shared by the two papers, 528 pairs of different losses per metric.
+    assert sum(table["map_at_r"]["same loss"].values()) == 24
+    assert table["map_at_r"] == {
+        "same loss": {"consistent": 4, "differs": 10, "inconclusive": 10},
+        "different losses": {"consistent": 51, "differs": 384, "inconclusive": 93},
+    }

@@ -93,16 +93,18 @@ def test_markdown_exact(root: Path) -> None:
     by_budget = select_records(root, "glyphs", "mlrc")
     text = render("md", "glyphs", "mlrc", by_budget, resolve_metrics(by_budget))
     table = [line for line in text.splitlines() if line.startswith("|")]
+    # Sorted by the first column (Sep. MAP@R), the untrained row last; every pair differs by 10
+    # points at a 1-point spread (Welch p < 0.001), so one loss per column is in the best tier.
     assert table == [
-        "| Loss | Sep. MAP@R | Sep. P@1 | Sep. RP | Concat. MAP@R | Concat. P@1 | Concat. RP "
-        "| Reps | Seed | Commit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        "| Untrained (init trunk + random embedder) | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
-        "| 1 | 0 | 0123456789 |",
-        "| ArcFace | 20.00 ± 2.48 | **70.00 ± 2.48** | 30.00 ± 2.48 | 25.00 ± 2.48 | **75.00 ± 2.48** "
-        "| 35.00 ± 2.48 | 3 | 0 | 0123456789 |",
-        "| MFCont | **30.00 ± 2.48** | 60.00 ± 2.48 | **40.00 ± 2.48** | **35.00 ± 2.48** | 65.00 ± 2.48 "
-        "| **45.00 ± 2.48** | 3 | 0 | 0123456789 |",
+        "| Loss | Group | Sep. MAP@R | Sep. P@1 | Sep. RP | Concat. MAP@R | Concat. P@1 | Concat. RP "
+        "| Seeds | Reps | Interval covers | Commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| MFCont | a | **30.00 ± 2.48** | 60.00 ± 2.48 | **40.00 ± 2.48** | **35.00 ± 2.48** | 65.00 ± 2.48 "
+        "| **45.00 ± 2.48** | 0 | 3 | training seeds | 0123456789 |",
+        "| ArcFace | b | 20.00 ± 2.48 | **70.00 ± 2.48** | 30.00 ± 2.48 | 25.00 ± 2.48 | **75.00 ± 2.48** "
+        "| 35.00 ± 2.48 | 0 | 3 | training seeds | 0123456789 |",
+        "| Untrained (init trunk + random embedder) |  | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
+        "| 0 | 1 | – | 0123456789 |",
     ]
     assert "Budget `mini`; search trials per loss: arcface 3/4, mfcont 3/4." in text
     assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in text
@@ -112,17 +114,21 @@ def test_csv_exact(root: Path) -> None:
     by_budget = select_records(root, "glyphs", "mlrc")
     rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", by_budget, ["map_at_r"]))))
     assert rows[0] == [
-        "budget", "loss", "name", "seed", "reps", "commit",
-        "separated_map_at_r_mean", "separated_map_at_r_ci",
-        "concatenated_map_at_r_mean", "concatenated_map_at_r_ci",
+        "budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit",
+        "separated_map_at_r_mean", "separated_map_at_r_half_width", "separated_map_at_r_df",
+        "separated_map_at_r_best_tier", "separated_map_at_r_group",
+        "concatenated_map_at_r_mean", "concatenated_map_at_r_half_width", "concatenated_map_at_r_df",
+        "concatenated_map_at_r_best_tier", "concatenated_map_at_r_group",
         "test_patience_stops", "test_fold_trainings", "search_patience_stops",
         "search_fold_trainings", "convergence", "stops_derived",
     ]  # fmt: skip
-    assert rows[1] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1",
-                       "0123456789", "0.05", "", "0.05", "", "", "", "", "", "", ""]  # fmt: skip
-    assert [r[1] for r in rows[2:]] == ["arcface", "mfcont"]
-    assert float(rows[3][6]) == pytest.approx(0.30)
-    assert float(rows[3][7]) == pytest.approx(0.024841377117503)
+    assert rows[3] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1", "",
+                       "0123456789", "0.05", "", "", "", "", "0.05", "", "", "", "",
+                       "", "", "", "", "", ""]  # fmt: skip
+    assert [r[1] for r in rows[1:3]] == ["mfcont", "arcface"]
+    assert float(rows[1][7]) == pytest.approx(0.30)
+    assert float(rows[1][8]) == pytest.approx(0.024841377117503)
+    assert rows[1][9:12] == ["2.0", "true", "a"] and rows[2][9:12] == ["2.0", "false", "b"]
 
 
 def test_json_rows(root: Path) -> None:
@@ -135,9 +141,17 @@ def test_json_rows(root: Path) -> None:
     assert [m["name"] for m in data["metrics"]] == ["map_at_r", "precision_at_1"]
     (section,) = data["budgets"]
     assert section["budget"] == "mini"
-    assert [r["loss"] for r in section["rows"]] == ["untrained", "arcface", "mfcont"]
-    untrained, arcface, mfcont = section["rows"]
-    assert untrained["cells"]["separated"]["map_at_r"] == {"mean": 0.05, "half_width": None, "best": False}
+    assert [r["loss"] for r in section["rows"]] == ["mfcont", "arcface", "untrained"]
+    mfcont, arcface, untrained = section["rows"]
+    assert untrained["cells"]["separated"]["map_at_r"] == {
+        "mean": 0.05,
+        "half_width": None,
+        "df": None,
+        "best": False,
+        "group": "",
+    }
+    assert mfcont["seeds"] == [0] and mfcont["interval_covers"] == "training seeds"
+    assert mfcont["cells"]["separated"]["map_at_r"]["group"] == "a"
     cell = mfcont["cells"]["concatenated"]["map_at_r"]
     assert cell["mean"] == pytest.approx(0.35) and cell["half_width"] == pytest.approx(0.0248413771175)
     assert cell["best"] is True
@@ -168,8 +182,8 @@ def test_latex_well_formed_and_escaped(tmp_path: Path) -> None:
     by_budget = select_records(root, "glyphs", "mlrc")
     text = render_latex("glyphs", "mlrc", by_budget, MLRC)
     body = [line for line in text.splitlines() if not line.startswith("%")]
-    assert body.count(r"\begin{tabular}{l|rrr|rrr|r}") == 1 and body.count(r"\end{tabular}") == 1
-    assert body.index(r"\end{tabular}") > body.index(r"\begin{tabular}{l|rrr|rrr|r}")
+    assert body.count(r"\begin{tabular}{l|l|rrr|rrr|rr}") == 1 and body.count(r"\end{tabular}") == 1
+    assert body.index(r"\end{tabular}") > body.index(r"\begin{tabular}{l|l|rrr|rrr|rr}")
     code = "\n".join(body)
     unescaped = _strip_escapes(code)
     assert unescaped.count("{") == unescaped.count("}")
@@ -185,7 +199,7 @@ def test_latex_well_formed_and_escaped(tmp_path: Path) -> None:
     for line in rows:
         cells = re.split(r"(?<!\\)&", line[: -len(r"\\")])
         spans = [int(m.group(1)) if (m := re.match(r"\s*\\multicolumn\{(\d+)\}", c)) else 1 for c in cells]
-        assert sum(spans) == 8, line
+        assert sum(spans) == 10, line
     assert "% Budget mini; search trials per loss: arcface 3/4, ms 3/4." in text
     assert "% Reps and commits: arcface 3 reps @ 0123456789, ms 3 reps @ 0123456789." in text
     assert "% Deviations from the paper protocol: test.reps = 3 (paper 10)." in text
@@ -246,8 +260,9 @@ def _args(root: Path, **kw: Any) -> argparse.Namespace:
 def test_report_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report_cmd.handle(_args(root, metrics="map_at_r", format="csv")) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].endswith("separated_map_at_r_mean,separated_map_at_r_ci,"
-                                        "concatenated_map_at_r_mean,concatenated_map_at_r_ci,"
+    assert out.splitlines()[0].endswith("separated_map_at_r_group,concatenated_map_at_r_mean,"
+                                        "concatenated_map_at_r_half_width,concatenated_map_at_r_df,"
+                                        "concatenated_map_at_r_best_tier,concatenated_map_at_r_group,"
                                         "test_patience_stops,test_fold_trainings,search_patience_stops,"
                                         "search_fold_trainings,convergence,stops_derived")  # fmt: skip
     with pytest.raises(DmlbenchError, match="Records exist for: glyphs/mlrc"):
@@ -272,4 +287,4 @@ def test_baseline_row_names_a_pretrained_trunk(model: dict[str, Any], label: str
     rec = make_record("mfcont", "MFCont", base, "1")
     rec["config"]["model"] = model
     rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", {"mini": [rec]}, ["map_at_r"]))))
-    assert rows[1][:3] == ["mini", "untrained", label]
+    assert rows[-1][:3] == ["mini", "untrained", label]

@@ -1,4 +1,4 @@
-"""``dmlbench compare``: Welch t-test significance table of losses against reference losses."""
+"""``dmlbench compare``: significance of losses against reference losses, Holm-corrected by default."""
 
 from __future__ import annotations
 
@@ -24,7 +24,22 @@ def add_parser(sub: Any) -> None:
         "--losses", default=None, help="comma-separated losses to compare (default: all non-reference losses)"
     )
     p.add_argument("--metric", default="map_at_r", help="metric tested (default: map_at_r)")
-    p.add_argument("--holm", action="store_true", help="Holm-adjust the p-values over each table")
+    correction = p.add_mutually_exclusive_group()
+    correction.add_argument(
+        "--holm",
+        action="store_true",
+        help="Holm-adjust the p-values over each table (the default; kept for old scripts)",
+    )
+    correction.add_argument(
+        "--no-correction",
+        action="store_true",
+        help="do not correct for the number of comparisons (the Mean-Field paper's Tables 6-7)",
+    )
+    p.add_argument(
+        "--diff",
+        action="store_true",
+        help="cells lead with loss - reference and its 95%% interval (Markdown)",
+    )
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default: 0.05)")
     p.add_argument("--format", default="md", choices=FORMATS, help="output format (default: md)")
     p.add_argument("--budget", default=None, help="only records of this budget (default: one table each)")
@@ -45,15 +60,19 @@ def handle(args: argparse.Namespace) -> int:
     lb = load_leaderboard(args.results_dir, dataset, args.protocol, budget=args.budget, require_metric=False)
     by_budget = lb.by_budget
     references = split_names(args.reference) or []
+    use_holm = not getattr(args, "no_correction", False)
     tables = compare_leaderboard(
-        lb, references, split_names(args.losses), args.metric, use_holm=args.holm, alpha=args.alpha
+        lb, references, split_names(args.losses), args.metric, use_holm=use_holm, alpha=args.alpha
     )
     for budget in sorted(set(by_budget) - set(tables)):
         print(f"compare: budget {budget!r} left out (it lacks a needed loss).", file=sys.stderr)
     published = getattr(args, "published", False)  # Namespaces built by tests may lack it
     if published and args.format != "md":
         raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
-    sys.stdout.write(render(args.format, dataset, args.protocol, tables, args.metric, args.holm, args.alpha))
+    show_diff = getattr(args, "diff", False)
+    sys.stdout.write(
+        render(args.format, dataset, args.protocol, tables, args.metric, use_holm, args.alpha, show_diff)
+    )
     if published:
         from benchmark.report.published import published_section
 

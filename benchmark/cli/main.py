@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from benchmark.cli import compare_cmd, list_cmd, regress_cmd, report_cmd, run_cmd
+from benchmark.cli import compare_cmd, list_cmd, plan_cmd, regress_cmd, report_cmd, run_cmd
 from benchmark.errors import DmlbenchError
 
 SUBCOMMANDS = {
@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "list": list_cmd,
     "report": report_cmd,
     "compare": compare_cmd,
+    "plan": plan_cmd,
     "regress": regress_cmd,
 }
 

@@ -1,11 +1,16 @@
 """Significance tables like the Mean-Field paper's Tables 6–7 (docs/protocols.md §4.4).
 
 For one metric, every compared loss is tested against every reference loss in both evaluation
-modes with Welch's t-test on the per-repetition test values. A cell reads ``✓↑`` (significantly
-better), ``×↑`` (better, not significant), ``✓↓`` / ``×↓`` (worse), ``✓=`` / ``×=`` (equal
-means); ``n/a`` with the arrow when no p-value exists (fewer than two repetitions, or two identical
-constant samples). "Better" respects the metric's ``higher_is_better``. Optionally the p-values
-of all comparisons of a table (one budget) are Holm-adjusted before the decision ``p <= alpha``.
+modes, on the same row model as the leaderboard (:mod:`benchmark.stats.seeds`): Welch's t-test on
+the per-repetition test values for two one-seed rows, the pooled seed-mean test for rows with
+several search seeds. A cell reads ``✓↑`` (significantly better), ``×↑`` (better, not
+significant), ``✓↓`` / ``×↓`` (worse), ``✓=`` / ``×=`` (equal means); ``n/a`` with the arrow when
+no p-value exists (fewer than two repetitions, or two identical constant samples). "Better"
+respects the metric's ``higher_is_better``. By default the p-values of all comparisons of a table
+(one budget) are Holm-adjusted before the decision ``p <= alpha``; ``correction=False`` gives the
+Mean-Field paper's uncorrected layout. Each comparison carries the difference with its 95%
+interval, and each table the minimum difference detectable at 80% power with the repetitions at
+hand (:mod:`benchmark.stats.power`).
 """
 
 from __future__ import annotations
@@ -20,14 +25,18 @@ from typing import Any
 
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.metrics import METRICS
-from benchmark.records import RunRecord, latest_per_loss
-from benchmark.report.leaderboard import MODES, Leaderboard, RecordLike, record_modes
+from benchmark.records import RunRecord, replicates_per_loss
+from benchmark.report.leaderboard import MODES, Leaderboard, RecordLike, column_estimates, record_modes
 from benchmark.report.tables import latex_escape
 from benchmark.stats.intervals import holm, welch_t_test
+from benchmark.stats.power import min_detectable_difference
+from benchmark.stats.seeds import SCOPE_TRAINING, difference
 
 FORMATS = ("md", "csv", "json", "tex")
-COMPARE_SCHEMA = "dmlbench.compare/1"
+COMPARE_SCHEMA = "dmlbench.compare/2"
 DEFAULT_ALPHA = 0.05
+#: The power a table's minimum detectable difference is stated at.
+TARGET_POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,27 @@ class Comparison:
     p_holm: float | None  # None when not Holm-adjusted
     alpha: float
     higher_is_better: bool
+    #: Standard error and degrees of freedom of ``mean - reference_mean``.
+    se: float = math.nan
+    df: float = math.nan
+    #: 95% interval of ``mean - reference_mean``.
+    diff_low: float = math.nan
+    diff_high: float = math.nan
+    #: Which seeds each side's interval covers.
+    scope: str = SCOPE_TRAINING
+    reference_scope: str = SCOPE_TRAINING
+    #: Search seeds behind each side.
+    seeds: int = 1
+    reference_seeds: int = 1
+
+    @property
+    def diff(self) -> float:
+        """``mean - reference_mean``."""
+        return self.mean - self.reference_mean
+
+    def min_detectable(self, alpha: float, target: float = TARGET_POWER) -> float:
+        """The smallest difference this comparison detects with probability ``target`` at ``alpha``."""
+        return min_detectable_difference(self.se, self.df, alpha, target)
 
     @property
     def p_decision(self) -> float:
@@ -91,7 +121,7 @@ class Comparison:
 def compare_values(
     a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = True, alpha: float = DEFAULT_ALPHA
 ) -> Comparison:
-    """A bare comparison of two samples (names and metric left blank); for tests and scripts."""
+    """A bare Welch comparison of two samples (names and metric left blank); for tests and scripts."""
     t, p = welch_t_test(a, b)
     return Comparison(
         budget="",
@@ -134,30 +164,44 @@ def compare_budget(
     losses: Sequence[str] | None,
     metric: str,
     *,
-    use_holm: bool = False,
+    use_holm: bool = True,
     alpha: float = DEFAULT_ALPHA,
 ) -> list[Comparison]:
-    """All comparisons of one table: compared losses × references × modes (newest record per loss).
+    """All comparisons of one table: compared losses × references × modes.
 
-    ``losses=None`` compares every loss of the budget that is not a reference. A reference or
-    loss without a record raises :class:`DmlbenchError` listing the losses that have one.
+    Each loss's row folds its search seeds (:func:`~benchmark.records.replicates_per_loss`), and
+    a column's estimates are computed over every loss of the budget, as the leaderboard does, so
+    the pooled seed variance is the same in both. ``losses=None`` compares every loss of the
+    budget that is not a reference. A reference or loss without a record raises
+    :class:`DmlbenchError` listing the losses that have one.
     """
     spec = METRICS.get(metric)
-    by_loss = {r.loss: r for r in latest_per_loss(records)}
-    wanted = list(losses) if losses else [name for name in by_loss if name not in references]
+    replicates = replicates_per_loss(records)
+    by_loss = {name: max(rs, key=lambda r: r.created) for name, rs in replicates.items()}
+    wanted = list(losses) if losses else [name for name in sorted(by_loss) if name not in references]
     missing = [name for name in [*references, *wanted] if name not in by_loss]
     if missing:
         raise DmlbenchError(
             f"No {budget!r}-budget record for {', '.join(repr(m) for m in missing)}; "
-            f"losses with records: {', '.join(by_loss) or '(none)'}."
+            f"losses with records: {', '.join(sorted(by_loss)) or '(none)'}."
         )
     if not wanted:
         raise DmlbenchError(
             f"Nothing to compare: every loss with a {budget!r}-budget record is a reference "
-            f"({', '.join(by_loss)})."
+            f"({', '.join(sorted(by_loss))})."
         )
     out: list[Comparison] = []
     modes = record_modes(list(by_loss.values()))
+    names = sorted(replicates)
+    for mode, _ in modes:
+        for name in names:
+            for r in replicates[name]:
+                if r.test.has_mode(mode) and r.test.per_rep.get(mode, {}).get(metric) is None:
+                    _per_rep(r, mode, metric)  # raises naming what the record has
+    estimates = {
+        mode: dict(zip(names, column_estimates([replicates[n] for n in names], mode, metric), strict=True))
+        for mode, _ in modes
+    }
     for name in wanted:
         for ref in references:
             if ref == name:
@@ -165,9 +209,9 @@ def compare_budget(
             for mode, _ in modes:
                 if not all(by_loss[x].test.has_mode(mode) for x in (name, ref)):
                     continue  # e.g. cbir's two-stage mode of a loss without class anchors
-                a = _per_rep(by_loss[name], mode, metric)
-                b = _per_rep(by_loss[ref], mode, metric)
-                t, p = welch_t_test(a, b)
+                a, b = estimates[mode][name], estimates[mode][ref]
+                d = difference(a, b)
+                low, high = d.interval(0.95)
                 out.append(
                     Comparison(
                         budget=budget,
@@ -177,15 +221,23 @@ def compare_budget(
                         loss_name=by_loss[name].loss_display_name,
                         reference=ref,
                         reference_name=by_loss[ref].loss_display_name,
-                        n=len(a),
-                        reference_n=len(b),
-                        mean=_mean(a),
-                        reference_mean=_mean(b),
-                        t=t,
-                        p=p,
+                        n=a.n_values,
+                        reference_n=b.n_values,
+                        mean=a.mean,
+                        reference_mean=b.mean,
+                        t=d.t,
+                        p=d.p,
                         p_holm=None,
                         alpha=alpha,
                         higher_is_better=spec.higher_is_better,
+                        se=d.se,
+                        df=d.df,
+                        diff_low=low,
+                        diff_high=high,
+                        scope=a.scope,
+                        reference_scope=b.scope,
+                        seeds=a.n_seeds,
+                        reference_seeds=b.n_seeds,
                     )
                 )
     if use_holm:
@@ -200,11 +252,11 @@ def compare_leaderboard(
     losses: Sequence[str] | None,
     metric: str,
     *,
-    use_holm: bool = False,
+    use_holm: bool = True,
     alpha: float = DEFAULT_ALPHA,
 ) -> dict[str, list[Comparison]]:
-    """:func:`compare_tables` over a leaderboard's budgets (the newest record per loss it chose)."""
-    by_budget = {s.budget: list(s.chosen) for s in lb.sections}
+    """:func:`compare_tables` over a leaderboard's budgets (every record: the seeds are folded)."""
+    by_budget = {s.budget: list(s.records) for s in lb.sections}
     return compare_tables(by_budget, references, losses, metric, use_holm=use_holm, alpha=alpha)
 
 
@@ -214,7 +266,7 @@ def compare_tables(
     losses: Sequence[str] | None,
     metric: str,
     *,
-    use_holm: bool = False,
+    use_holm: bool = True,
     alpha: float = DEFAULT_ALPHA,
 ) -> dict[str, list[Comparison]]:
     """One table per budget; budgets lacking a needed loss are left out, and an error (naming each
@@ -269,12 +321,59 @@ def _names(comparisons: Sequence[Comparison]) -> dict[str, str]:
 
 def _method(tables: dict[str, list[Comparison]], use_holm: bool, alpha: float) -> str:
     text = (
-        "Welch's t-test on the per-repetition test values "
-        f"(scipy.stats.ttest_ind, equal_var=False), two-sided, α = {alpha:g}"
+        "t-tests on the leaderboard's row model: Welch's t-test on the per-repetition test values "
+        "for two one-seed rows (scipy.stats.ttest_ind, equal_var=False), the pooled seed-mean "
+        f"t-test for rows with several search seeds (docs/protocols.md §4.5); two-sided, α = {alpha:g}"
     )
     if use_holm:
         text += "; p-values Holm-adjusted over all comparisons of each table"
+    else:
+        text += "; NOT corrected for the number of comparisons (--no-correction)"
     return text + "."
+
+
+def _points(metric: str) -> float:
+    # Records hold fractions for the ranking metrics; tables show points.
+    return 100.0 if METRICS.get(metric).higher_is_better else 1.0
+
+
+def power_line(comps: Sequence[Comparison], use_holm: bool, alpha: float) -> str:
+    """The table's minimum detectable difference at 80% power (median and range over its
+    comparisons), at alpha and, when corrected, at Holm's strictest step alpha / m."""
+    if not comps:
+        return ""
+    scale = _points(comps[0].metric)
+    levels = [("uncorrected", alpha)] + (
+        [(f"Holm's first step α/{len(comps)}", alpha / len(comps))] if use_holm else []
+    )
+    parts = []
+    for label, level in levels:
+        values = sorted(v for v in (c.min_detectable(level) for c in comps) if not math.isnan(v))
+        if not values:
+            continue
+        mid = (
+            values[len(values) // 2]
+            if len(values) % 2
+            else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        )
+        parts.append(
+            f"{label} (α = {level:.2g}): {scale * mid:.2f} points "
+            f"(range {scale * values[0]:.2f}–{scale * values[-1]:.2f})"
+        )
+    if not parts:
+        return "Minimum detectable difference: not computable (too few repetitions)."
+    reps = sorted({c.n for c in comps} | {c.reference_n for c in comps})
+    return (
+        f"Minimum difference detectable with 80% power, median over the table's comparisons "
+        f"({'/'.join(map(str, reps))} test values per row): " + "; ".join(parts) + "."
+    )
+
+
+def _diff_text(c: Comparison) -> str:
+    scale = _points(c.metric)
+    if math.isnan(c.diff_low):
+        return f"{scale * c.diff:+.2f}"
+    return f"{scale * c.diff:+.2f} [{scale * c.diff_low:+.2f}, {scale * c.diff_high:+.2f}]"
 
 
 def render_markdown(
@@ -284,8 +383,10 @@ def render_markdown(
     metric: str,
     use_holm: bool,
     alpha: float,
+    show_diff: bool = False,
 ) -> str:
-    """Markdown: one table per budget, rows = compared losses, columns = reference × mode."""
+    """Markdown: one table per budget, rows = compared losses, columns = reference × mode; with
+    ``show_diff`` each cell leads with the difference and its 95% interval in points."""
     spec = METRICS.get(metric)
     lines = [
         f"# Significance: `{dataset}`, protocol `{protocol}`, {spec.display_name}",
@@ -293,7 +394,8 @@ def render_markdown(
         _method(tables, use_holm, alpha),
         f"✓ significant, × not; ↑ the loss has the better mean {spec.display_name} than the reference "
         f"({'higher' if spec.higher_is_better else 'lower'} is better), ↓ the worse; "
-        "n/a: no p-value (fewer than 2 repetitions, or identical constant values).",
+        "n/a: no p-value (fewer than 2 repetitions, or identical constant values)."
+        + (" Cells lead with loss − reference and its 95% interval." if show_diff else ""),
     ]
     if protocol == "mlrc":
         lines.append("Sep. = separated fold embeddings, Concat. = concatenated.")
@@ -312,12 +414,24 @@ def render_markdown(
             "|" + "---|" * len(header),
         ]
         for loss in losses:
-            row = [names[loss]] + [
-                cells[(loss, ref, mode)].cell if (loss, ref, mode) in cells else "–" for ref, mode in cols
-            ]
+            row = [names[loss]]
+            for ref, mode in cols:
+                c = cells.get((loss, ref, mode))
+                if c is None:
+                    row.append("–")
+                else:
+                    row.append(f"{_diff_text(c)} {c.cell}" if show_diff else c.cell)
             lines.append("| " + " | ".join(row) + " |")
-        reps = {c.loss: c.n for c in comps} | {c.reference: c.reference_n for c in comps}
-        lines += ["", "Repetitions: " + ", ".join(f"{k} {v}" for k, v in reps.items()) + "."]
+        reps = {c.loss: (c.n, c.seeds) for c in comps} | {
+            c.reference: (c.reference_n, c.reference_seeds) for c in comps
+        }
+        lines += [
+            "",
+            "Test values per loss: "
+            + ", ".join(f"{k} {n}" + (f" ({s} search seeds)" if s > 1 else "") for k, (n, s) in reps.items())
+            + ".",
+            power_line(comps, use_holm, alpha),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -337,6 +451,12 @@ def render_csv(tables: dict[str, list[Comparison]]) -> str:
         "p",
         "p_holm",
         "alpha",
+        "se",
+        "df",
+        "diff_low",
+        "diff_high",
+        "scope",
+        "reference_scope",
         "significant",
         "direction",
         "cell",
@@ -367,11 +487,16 @@ def render_json(
         "dataset": dataset,
         "protocol": protocol,
         "metric": metric,
-        "test": "welch",
+        "test": _method(tables, use_holm, alpha),
         "alpha": alpha,
         "holm": use_holm,
         "budgets": [
-            {"budget": b, "comparisons": [c.as_dict() for c in comps]} for b, comps in tables.items()
+            {
+                "budget": b,
+                "comparisons": [c.as_dict() for c in comps],
+                "min_detectable_difference": power_line(comps, use_holm, alpha),
+            }
+            for b, comps in tables.items()
         ],
     }
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
@@ -400,6 +525,7 @@ def render_latex(
     lines = [
         f"% dmlbench significance table: dataset {dataset}, protocol {protocol}, metric {spec.display_name}.",
         "% " + _method(tables, use_holm, alpha),
+        *["% " + power_line(comps, use_holm, alpha) for comps in tables.values()],
         "% \\checkmark needs \\usepackage{amssymb}.",
     ]
     for budget, comps in tables.items():
@@ -438,10 +564,11 @@ def render(
     metric: str,
     use_holm: bool,
     alpha: float,
+    show_diff: bool = False,
 ) -> str:
     """The significance tables in ``fmt`` (one of :data:`FORMATS`)."""
     if fmt == "md":
-        return render_markdown(dataset, protocol, tables, metric, use_holm, alpha)
+        return render_markdown(dataset, protocol, tables, metric, use_holm, alpha, show_diff)
     if fmt == "csv":
         return render_csv(tables)
     if fmt == "json":

@@ -35,7 +35,7 @@ import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,15 @@ from benchmark.records import (
     latest_per_loss,
     nan_if_none,
     parse_plugins,
+    replicates_per_loss,
 )
+from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, Estimate, row_estimates
+from benchmark.stats.tiers import Tiers, column_tiers
 
 MODES = MLRC_MODES
 UNTRAINED = "untrained"
+#: Level of the tier tests (Holm over all pairs of a column).
+TIER_ALPHA = 0.05
 Modes = Sequence[tuple[str, str]]
 #: A typed record or a plain record document (parsed on the way in; for scripts and tests).
 RecordLike = RunRecord | Mapping[str, Any]
@@ -197,17 +202,25 @@ def resolve_metrics(
 
 @dataclass(frozen=True)
 class Row:
-    """One leaderboard row: a loss (or the untrained model) with per-column intervals."""
+    """One leaderboard row: a loss (or the untrained model) with per-column intervals.
+
+    A loss's row folds the records of its search seeds together (:func:`replicates_per_loss`);
+    ``estimates`` hold each column's :class:`~benchmark.stats.seeds.Estimate` (mean, variance of
+    the mean, degrees of freedom, scope) from which ``cells`` and the tiers are derived.
+    """
 
     name: str
     loss: str
-    seed: int | None
+    #: The search seeds behind the row (one per record folded in).
+    seeds: tuple[int | None, ...]
+    #: Test repetitions per seed (of the newest record).
     reps: int
     cells: dict[tuple[str, str], tuple[float, float]]  # (mode, metric) -> (mean, half_width)
     commit: str
-    #: :func:`~benchmark.protocol.convergence.convergence_summary` of the loss's record; None for
-    #: the untrained row.
+    #: :func:`~benchmark.protocol.convergence.convergence_summary` of the loss's record (the
+    #: least converged seed's); None for the untrained row.
     convergence: Mapping[str, Any] | None = None
+    estimates: Mapping[tuple[str, str], Estimate] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -215,6 +228,23 @@ class Row:
         if self.convergence is not None and self.convergence["verdict"] == "not converged":
             return f"{self.name} (not converged)"
         return self.name
+
+    @property
+    def scope(self) -> str:
+        """Which seeds the row's intervals cover ("" for the untrained row, a single measurement)."""
+        if self.loss == UNTRAINED:
+            return ""
+        return SCOPE_BOTH if len(self.seeds) > 1 else SCOPE_TRAINING
+
+    @property
+    def seeds_text(self) -> str:
+        """``0`` or ``0,1,2``."""
+        return ",".join("–" if s is None else str(s) for s in self.seeds)
+
+    @property
+    def reps_text(self) -> str:
+        """``4`` for one seed, ``3×4`` for 3 seeds of 4 repetitions."""
+        return f"{len(self.seeds)}×{self.reps}" if len(self.seeds) > 1 else str(self.reps)
 
 
 _MISSING = Interval(None, None)
@@ -232,20 +262,109 @@ def untrained_label(record: RunRecord) -> str:
     return "Untrained (init trunk + random embedder)"
 
 
+def _seed_values(record: RunRecord, mode: str, metric: str) -> list[float] | Interval:
+    """A record's per-rep values of a column; its summary interval when it lacks them."""
+    values = record.test.per_rep.get(mode, {}).get(metric)
+    if values:
+        return [nan_if_none(v) for v in values]
+    return record.test.summary.get(mode, {}).get(metric, _MISSING)
+
+
+def _summary_estimate(cell: Interval, n: int, confidence: float) -> Estimate:
+    """An estimate from a stored interval alone (records without per-rep values of a column)."""
+    mean, hw = nan_if_none(cell.mean), nan_if_none(cell.half_width)
+    if n < 2 or math.isnan(hw):
+        return Estimate(mean, math.nan, math.nan, 1, n, SCOPE_TRAINING, confidence)
+    import scipy.stats
+
+    se = hw / float(scipy.stats.t.ppf(0.5 + confidence / 2.0, n - 1))
+    return Estimate(mean, se * se, float(n - 1), 1, n, SCOPE_TRAINING, confidence)
+
+
+def column_estimates(
+    replicates: Sequence[Sequence[RunRecord]], mode: str, metric: str, confidence: float = 0.95
+) -> list[Estimate]:
+    """One column's estimates for rows of replicate records (:mod:`benchmark.stats.seeds`): the
+    multi-seed rows pool their seed variance; a row whose records lack per-rep values of the
+    column keeps its stored interval (training seeds)."""
+    groups: list[list[list[float]]] = []
+    fallback: dict[int, Estimate] = {}
+    for i, reps in enumerate(replicates):
+        seeds = [_seed_values(r, mode, metric) for r in reps]
+        if all(isinstance(v, list) for v in seeds):
+            groups.append([v for v in seeds if isinstance(v, list)])
+        else:
+            groups.append([])
+            newest = max(reps, key=lambda r: r.created)
+            cell = newest.test.summary.get(mode, {}).get(metric, _MISSING)
+            fallback[i] = _summary_estimate(cell, newest.test.reps, confidence)
+    estimates = row_estimates(groups, confidence)
+    return [fallback.get(i, e) for i, e in enumerate(estimates)]
+
+
+def _least_converged(records: Sequence[RunRecord]) -> Mapping[str, Any]:
+    """The convergence summary of the seed whose test stage stopped by patience least often."""
+    return min(
+        (r.convergence for r in records),
+        key=lambda c: (c["verdict"] != "not converged", float(c["test"].get("share") or 0.0)),
+    )
+
+
+def _commits(records: Sequence[RunRecord]) -> str:
+    out: list[str] = []
+    for r in records:
+        if r.commit not in out:
+            out.append(r.commit)
+    return ",".join(out)
+
+
+def _direction(metric: str) -> float:
+    return 1.0 if METRICS.get(metric).higher_is_better else -1.0
+
+
 def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Modes = MODES) -> list[Row]:
-    """Rows of one budget: the untrained model (from the newest record) then one row per loss.
+    """Rows of one budget: one per loss (its seeds folded together), sorted by the first column
+    (best first, rows without a value after), then the untrained model (from the newest record).
 
     A (mode, metric) a record does not hold is (NaN, NaN).
     """
-    chosen = latest_per_loss(records)
-    if not chosen:
+    replicates = replicates_per_loss(records)
+    if not replicates:
         return []
-    newest = max(chosen, key=lambda r: r.created)
-    rows = [
+    losses = sorted(replicates)
+    groups = [replicates[name] for name in losses]
+    cols = _columns(metrics, modes)
+    estimates = {col: column_estimates(groups, *col) for col in cols}
+    rows = []
+    for i, name in enumerate(losses):
+        reps = groups[i]
+        newest = max(reps, key=lambda r: r.created)
+        est = {col: estimates[col][i] for col in cols}
+        cells = {col: (e.mean, e.half_width) for col, e in est.items()}
+        rows.append(
+            Row(
+                newest.loss_display_name,
+                name,
+                tuple(r.seed for r in reps),
+                newest.test.reps,
+                cells,
+                _commits(reps),
+                _least_converged(reps),
+                est,
+            )
+        )
+    if cols:
+        first = cols[0]
+        sign = _direction(first[1])
+        rows.sort(
+            key=lambda r: (math.isnan(r.cells[first][0]), -sign * nan_to_zero(r.cells[first][0]), r.name)
+        )
+    newest = max((r for g in groups for r in g), key=lambda r: r.created)
+    rows.append(
         Row(
             untrained_label(newest),
             UNTRAINED,
-            newest.seed,
+            (newest.seed,),
             1,
             {
                 (mode, m): (nan_if_none(newest.untrained.get(mode, {}).get(m)), math.nan)
@@ -254,15 +373,13 @@ def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Mod
             },
             newest.commit,
         )
-    ]
-    for r in chosen:
-        cells = {}
-        for mode, _ in modes:
-            for m in metrics:
-                cell = r.test.summary.get(mode, {}).get(m, _MISSING)
-                cells[(mode, m)] = (nan_if_none(cell.mean), nan_if_none(cell.half_width))
-        rows.append(Row(r.loss_display_name, r.loss, r.seed, r.test.reps, cells, r.commit, r.convergence))
+    )
     return rows
+
+
+def nan_to_zero(x: float) -> float:
+    """0 for NaN (a sort key; NaN rows are ordered apart first)."""
+    return 0.0 if math.isnan(x) else x
 
 
 def best_means(
@@ -282,28 +399,68 @@ def best_means(
     return best
 
 
+def section_tiers(
+    rows: Sequence[Row], metrics: Sequence[str], modes: Modes = MODES, alpha: float = TIER_ALPHA
+) -> dict[tuple[str, str], Tiers]:
+    """Per column, :func:`~benchmark.stats.tiers.column_tiers` over the trained rows (in row order)."""
+    trained = [r for r in rows if r.loss != UNTRAINED]
+    return {
+        col: column_tiers([r.estimates[col] for r in trained], METRICS.get(col[1]).higher_is_better, alpha)
+        for col in _columns(metrics, modes)
+    }
+
+
 @dataclass(frozen=True)
 class Section:
-    """One budget of a leaderboard: its records, the newest per loss, rows and best means."""
+    """One budget of a leaderboard: its records, the newest per loss, rows, best means and tiers."""
 
     budget: str
     #: Every record of the budget, oldest first.
     records: tuple[RunRecord, ...]
-    #: The newest record per loss, by loss name (what the rows, footers, plots and tests use).
+    #: The newest record per loss, by loss name (what the footers, plots and published join use).
     chosen: tuple[RunRecord, ...]
     rows: tuple[Row, ...]
     best: Mapping[tuple[str, str], float]
     #: The metrics this budget's chosen records share (same ordering rule; the plots' panels).
     metrics: tuple[str, ...]
+    #: Per column: the tiers of the trained rows, in row order (:func:`section_tiers`).
+    tiers: Mapping[tuple[str, str], Tiers] = field(default_factory=dict)
 
     @property
     def exempt(self) -> bool:
         """Whether the budget is exempt from the convergence rule."""
         return self.budget in EXEMPT_BUDGETS
 
+    @property
+    def trained(self) -> tuple[Row, ...]:
+        """The rows of losses (the untrained row left out), in table order."""
+        return tuple(r for r in self.rows if r.loss != UNTRAINED)
+
+    def _index(self, row: Row) -> int | None:
+        for i, r in enumerate(self.trained):
+            if r.loss == row.loss:
+                return i
+        return None
+
     def is_best(self, row: Row, mode: str, metric: str) -> bool:
-        """Whether ``row``'s cell is the column's best mean (never the untrained row)."""
-        return row.loss != UNTRAINED and row.cells[(mode, metric)][0] == self.best[(mode, metric)]
+        """Whether ``row`` is in the column's best tier: the best mean or not significantly
+        different from it (Holm over the column's pairs); never the untrained row."""
+        tiers = self.tiers.get((mode, metric))
+        i = self._index(row)
+        if tiers is None or i is None:
+            return False
+        return tiers.in_best_tier[i]
+
+    def letters(self, row: Row, mode: str, metric: str) -> str:
+        """The row's compact letters in a column ("" for the untrained row)."""
+        tiers = self.tiers.get((mode, metric))
+        i = self._index(row)
+        return "" if tiers is None or i is None else tiers.letters[i]
+
+    @property
+    def multi_seed(self) -> bool:
+        """Whether some row folds several search seeds."""
+        return any(len(r.seeds) > 1 for r in self.trained)
 
     def search_trials(self) -> dict[str, tuple[int, int]]:
         """Per loss: (complete search trials, planned trials); losses without a search left out."""
@@ -371,7 +528,7 @@ def build_leaderboard(
     for budget in sorted(typed):
         records = typed[budget]
         chosen = latest_per_loss(records)
-        rows = build_rows(chosen, columns, modes)
+        rows = build_rows(records, columns, modes)
         sections.append(
             Section(
                 budget,
@@ -380,6 +537,7 @@ def build_leaderboard(
                 tuple(rows),
                 best_means(rows, columns, modes),
                 tuple(shared_metrics(chosen)),
+                section_tiers(rows, columns, modes),
             )
         )
     notes = (NO_SHARED_METRIC,) if metrics is None and every and not columns else ()
@@ -522,6 +680,24 @@ def _plain(x: float | None) -> str:
 # -- Markdown -----------------------------------------------------------------------------------
 
 
+#: What the values are (every format states it).
+VALUES_NOTE = (
+    "Values: mean ± half-width of the 95% interval, in percent. A row with one search seed: "
+    "t-interval over its test repetitions, which covers training seeds only. A row with several "
+    "seeds (Seeds 0,1,...): mean of the seed means, interval over search and training seeds "
+    "(two-level model, seed-mean variance pooled over the column's multi-seed rows; "
+    "docs/protocols.md §4.5)."
+)
+#: What bold and the group letters mean.
+TIERS_NOTE = (
+    f"Bold: the best mean of the column and every loss not significantly different from it; "
+    f"Group: compact letters of the first column, losses sharing a letter are not significantly "
+    f"different. Tests: t-tests between rows (Welch's on one-seed rows), Holm-adjusted over all "
+    f"pairs of the column, α = {TIER_ALPHA:g} (docs/protocols.md §4.6). Rows are sorted by the "
+    f"first column."
+)
+
+
 def markdown_text(lb: Leaderboard) -> str:
     """The Markdown leaderboard, one section per budget."""
     modes, metrics = lb.modes, lb.metrics
@@ -529,17 +705,19 @@ def markdown_text(lb: Leaderboard) -> str:
         f"# Leaderboard: `{lb.dataset}`, protocol `{lb.protocol}`",
         "",
         "Generated by `dmlbench` from the run records in `records/`; do not edit by hand.",
-        "Values: mean ± half-width of the 95% t-interval over test repetitions, in percent.",
+        VALUES_NOTE,
+        TIERS_NOTE,
         "Sep. = each fold model's 128-d embedding alone (mean over the 4 folds); "
-        "Concat. = the 4 fold embeddings concatenated (512-d). Best mean per column in bold."
+        "Concat. = the 4 fold embeddings concatenated (512-d)."
         if modes == MODES
-        else "Best mean per column in bold; – = not applicable to that loss.",
+        else "– = not applicable to that loss.",
         *lb.notes,
     ]
     cols = _columns(metrics, modes)
     for s in lb.sections:
-        header = ["Loss"] + [f"{label} {METRICS.get(m).display_name}" for _, label in modes for m in metrics]
-        header += ["Reps", "Seed", "Commit"]
+        header = ["Loss", "Group"]
+        header += [f"{label} {METRICS.get(m).display_name}" for _, label in modes for m in metrics]
+        header += ["Seeds", "Reps", "Interval covers", "Commit"]
         lines += [
             "",
             f"## Budget `{s.budget}`" + (f" ({EXEMPT_NOTE})" if s.exempt else ""),
@@ -552,9 +730,25 @@ def markdown_text(lb: Leaderboard) -> str:
             for mode, m in cols:
                 text = format_cell(*r.cells[(mode, m)])
                 cells.append(f"**{text}**" if s.is_best(r, mode, m) else text)
-            lines.append("| " + " | ".join([r.label, *cells, str(r.reps), str(r.seed), r.commit]) + " |")
+            group = s.letters(r, *cols[0]) if cols else ""
+            lines.append(
+                "| "
+                + " | ".join([r.label, group, *cells, r.seeds_text, r.reps_text, r.scope or "–", r.commit])
+                + " |"
+            )
         lines += ["", *_markdown_footer(s)]
     return "\n".join(lines) + "\n"
+
+
+def tier_footer(s: Section) -> list[str]:
+    """Per column: how many losses share the best tier, out of how many, over how many pairs."""
+    parts = []
+    for (mode, m), t in s.tiers.items():
+        if t.best is None:
+            continue
+        n_best = sum(t.in_best_tier)
+        parts.append(f"{mode} {METRICS.get(m).display_name} {n_best}/{len(t.letters)} ({t.n_pairs} pairs)")
+    return ["Best tier size per column: " + "; ".join(parts) + "."] if parts else []
 
 
 def _markdown_footer(s: Section) -> list[str]:
@@ -568,6 +762,7 @@ def _markdown_footer(s: Section) -> list[str]:
         if trials
         else [f"Budget `{s.budget}`; no hyperparameter search (loss defaults)."]
     )
+    out += tier_footer(s)
     out += footer_notes(s.chosen)
     out += convergence_footer(s.budget, s.chosen)
     out += code_footer(s.chosen)
@@ -613,13 +808,19 @@ def csv_convergence(row: Row) -> list[str]:
 
 
 def csv_text(lb: Leaderboard) -> str:
-    """The same rows as the Markdown table, as machine-readable CSV (fractions, not percent)."""
+    """The same rows as the Markdown table, as machine-readable CSV (fractions, not percent):
+    per column the mean, the 95% half-width, its degrees of freedom, whether the row is in the
+    best tier and its compact letters; per row the seeds and the interval's scope."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     cols = _columns(lb.metrics, lb.modes)
     writer.writerow(
-        ["budget", "loss", "name", "seed", "reps", "commit"]
-        + [f"{mode}_{m}_{part}" for mode, m in cols for part in ("mean", "ci")]
+        ["budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit"]
+        + [
+            f"{mode}_{m}_{part}"
+            for mode, m in cols
+            for part in ("mean", "half_width", "df", "best_tier", "group")
+        ]
         + list(CSV_CONVERGENCE)
     )
     for s in lb.sections:
@@ -627,9 +828,28 @@ def csv_text(lb: Leaderboard) -> str:
             values: list[str] = []
             for col in cols:
                 mean, hw = r.cells[col]
-                values += ["" if math.isnan(mean) else repr(mean), "" if math.isnan(hw) else repr(hw)]
+                est = r.estimates.get(col)
+                df = "" if est is None or math.isnan(est.df) else repr(est.df)
+                best = "" if r.loss == UNTRAINED else str(s.is_best(r, *col)).lower()
+                values += [
+                    "" if math.isnan(mean) else repr(mean),
+                    "" if math.isnan(hw) else repr(hw),
+                    df,
+                    best,
+                    s.letters(r, *col),
+                ]
             writer.writerow(
-                [s.budget, r.loss, r.name, r.seed, r.reps, r.commit, *values, *csv_convergence(r)]
+                [
+                    s.budget,
+                    r.loss,
+                    r.name,
+                    r.seeds_text,
+                    r.reps,
+                    r.scope,
+                    r.commit,
+                    *values,
+                    *csv_convergence(r),
+                ]
             )
     return buf.getvalue()
 

@@ -6,12 +6,14 @@ per published cell). This module parses them strictly, joins them with a dataset
 (dataset, protocol, mode, embedding size, metric, loss) and renders a separate Markdown section:
 published rows never enter the leaderboard's own rows, its bold best-per-column or its tests.
 
-Reproduction tolerance, per metric: the largest difference between two independent published
-runs of the same protocol, i.e. between the MLRC and Mean-Field tables on every (dataset, mode,
-loss) cell they share (MAP@R: 1.50 points, MS on CUB 512-d, 24.70 vs 26.20). Our value lies
-*within* when ``|ours - published| <= tolerance + our 95% half-width + the published ± (if
-any)``: the first term is the between-lab spread of the protocol, the other two are the sampling
-uncertainty of each side. The tolerance is computed from the shipped tables, not typed here.
+Each match is an equivalence test (:mod:`benchmark.stats.equivalence`, TOST at alpha 0.05): the
+difference ours - published with both standard errors in quadrature (a published half-width is
+a 95% t-interval over :data:`PUBLISHED_REPS` repetitions; a cell published without one counts as
+exact), verdict ``consistent``, ``differs`` or ``inconclusive``. The margin per metric is derived
+from the shipped tables (:func:`equivalence_margins`), not typed here: the largest margin (in
+steps of 0.05 points) at which fewer than 10% of the pairs of *different* losses in one paper's
+table come out consistent, so that "consistent" tells one loss's number from another's.
+:func:`confusion` validates it on the published tables (docs/protocols.md §8).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import DmlbenchError
-from benchmark.records import RunRecord, as_record, latest_per_loss
+from benchmark.records import RunRecord, as_record, replicates_per_loss
+from benchmark.stats.equivalence import VERDICTS, Equivalence, combined, se_from_half_width, tost
 
 FORMAT = "dmlbench.published/1"
 COLUMNS = (
@@ -47,6 +50,13 @@ NOT_REGISTERED = {
     "Margin/class": "Margin loss with one learnable β per class; dmlbench's `margin` learns one β",
     "FastAP": "not implemented in dmlbench",
 }
+#: Test repetitions behind a published value: both papers' headers (MLRC's protocol and the
+#: Mean-Field paper's Tables 2-5) state 10.
+PUBLISHED_REPS = 10
+#: The TOST level, and the largest share of different-loss pairs the margin may call consistent.
+EQUIVALENCE_ALPHA = 0.05
+MAX_CROSS_LOSS_CONSISTENT = 0.10
+MARGIN_STEP = 0.05
 # The repository's own tables, used when ``<results-dir>/published`` does not exist.
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "results" / "published"
 
@@ -165,21 +175,94 @@ def _key(v: PublishedValue) -> tuple[str, str, str, int, str, str]:
 
 
 def reproduction_tolerance(tables: Sequence[PublishedTable]) -> dict[str, float]:
-    """Per metric: the largest |difference| between two papers' values of the same cell.
+    """Per metric: the largest |difference| between two papers' values of the same cell (a
+    description of the between-lab spread; the verdicts use :func:`equivalence_margins`)."""
+    out: dict[str, float] = {}
+    for a, b in same_loss_pairs(tables):
+        out[a.metric] = max(out.get(a.metric, 0.0), abs(a.value - b.value))
+    return out
 
-    Cells are matched on (protocol, dataset, mode, embedding size, loss, metric) with a
-    registered loss; metrics no two papers share get no tolerance (no verdict is given).
-    """
-    by_key: dict[tuple[str, str, str, int, str, str], dict[str, float]] = {}
+
+def published_se(v: PublishedValue) -> float:
+    """The standard error behind a published value (0 when no half-width was published)."""
+    return 0.0 if v.pm is None else se_from_half_width(v.pm, PUBLISHED_REPS)
+
+
+def _cells(tables: Sequence[PublishedTable]) -> dict[tuple[str, str, str, int, str], list[PublishedValue]]:
+    by: dict[tuple[str, str, str, int, str], list[PublishedValue]] = {}
     for t in tables:
         for v in t.values:
-            if v.loss != NOT_REGISTERED_MARK:
-                by_key.setdefault(_key(v), {})[v.paper] = v.value
+            if v.loss not in (NOT_REGISTERED_MARK, UNTRAINED):
+                by.setdefault((v.protocol, v.dataset, v.mode, v.embedding_dim, v.metric), []).append(v)
+    return by
+
+
+def same_loss_pairs(tables: Sequence[PublishedTable]) -> list[tuple[PublishedValue, PublishedValue]]:
+    """Pairs of two papers' values of the same cell and loss (independent reproductions)."""
+    return [
+        (a, b)
+        for vs in _cells(tables).values()
+        for i, a in enumerate(vs)
+        for b in vs[i + 1 :]
+        if a.loss == b.loss and a.paper != b.paper
+    ]
+
+
+def cross_loss_pairs(tables: Sequence[PublishedTable]) -> list[tuple[PublishedValue, PublishedValue]]:
+    """Pairs of different losses in the same paper's table cell (what a check must tell apart)."""
+    return [
+        (a, b)
+        for vs in _cells(tables).values()
+        for i, a in enumerate(vs)
+        for b in vs[i + 1 :]
+        if a.loss != b.loss and a.paper == b.paper
+    ]
+
+
+def pair_test(a: PublishedValue, b: PublishedValue, margin: float) -> Equivalence:
+    """TOST of two published values (each over :data:`PUBLISHED_REPS` repetitions)."""
+    se, df = combined(published_se(a), PUBLISHED_REPS - 1, published_se(b), PUBLISHED_REPS - 1)
+    return tost(a.value - b.value, se, df, margin, EQUIVALENCE_ALPHA)
+
+
+def equivalence_margins(tables: Sequence[PublishedTable]) -> dict[str, float]:
+    """Per metric: the largest margin (a multiple of :data:`MARGIN_STEP`) at which fewer than
+    :data:`MAX_CROSS_LOSS_CONSISTENT` of the cross-loss pairs test consistent. Metrics without
+    cross-loss pairs get none (no verdict)."""
+    pairs: dict[str, list[tuple[PublishedValue, PublishedValue]]] = {}
+    for a, b in cross_loss_pairs(tables):
+        pairs.setdefault(a.metric, []).append((a, b))
     out: dict[str, float] = {}
-    for key, per_paper in by_key.items():
-        if len(per_paper) > 1:
-            spread = max(per_paper.values()) - min(per_paper.values())
-            out[key[-1]] = max(out.get(key[-1], 0.0), spread)
+    for metric, ps in sorted(pairs.items()):
+        best = None
+        for k in range(1, 401):
+            margin = round(k * MARGIN_STEP, 10)
+            share = sum(pair_test(a, b, margin).verdict == "consistent" for a, b in ps) / len(ps)
+            if share >= MAX_CROSS_LOSS_CONSISTENT:
+                break
+            best = margin
+        if best is not None:
+            out[metric] = best
+    return out
+
+
+def confusion(
+    tables: Sequence[PublishedTable], margins: Mapping[str, float] | None = None
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Per metric, verdict counts of the same-loss (two papers) and the cross-loss (one paper)
+    pairs at the metric's margin: the validation of the rule on the published tables."""
+    margins = equivalence_margins(tables) if margins is None else margins
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for kind, pairs in (
+        ("same loss", same_loss_pairs(tables)),
+        ("different losses", cross_loss_pairs(tables)),
+    ):
+        for a, b in pairs:
+            if a.metric not in margins:
+                continue
+            verdict = pair_test(a, b, margins[a.metric]).verdict
+            counts = out.setdefault(a.metric, {}).setdefault(kind, dict.fromkeys(VERDICTS, 0))
+            counts[verdict] += 1
     return out
 
 
@@ -198,24 +281,28 @@ class Match:
     ours: float  # percent (or the metric's own units for epochs)
     ours_hw: float  # 95% half-width, NaN when unknown
     published: PublishedValue
-    tolerance: float | None
+    #: The metric's equivalence margin (None: no verdict).
+    margin: float | None
+    #: Standard error and degrees of freedom of ours (NaN when unknown).
+    ours_se: float = math.nan
+    ours_df: float = math.nan
 
     @property
     def difference(self) -> float:
         return self.ours - self.published.value
 
     @property
-    def allowed(self) -> float | None:
-        """The largest |difference| still within reproduction tolerance (None: no verdict)."""
-        if self.tolerance is None:
+    def equivalence(self) -> Equivalence | None:
+        """The TOST of ours vs published at the margin (None without a margin)."""
+        if self.margin is None:
             return None
-        hw = 0.0 if math.isnan(self.ours_hw) else self.ours_hw
-        return self.tolerance + hw + (self.published.pm or 0.0)
+        se, df = combined(self.ours_se, self.ours_df, published_se(self.published), PUBLISHED_REPS - 1)
+        return tost(self.difference, se, df, self.margin, EQUIVALENCE_ALPHA)
 
     @property
-    def within(self) -> bool | None:
-        allowed = self.allowed
-        return None if allowed is None else abs(self.difference) <= allowed + 1e-9
+    def verdict(self) -> str | None:
+        e = self.equivalence
+        return None if e is None else e.verdict
 
 
 def _mode_dims(record: RunRecord) -> dict[str, int]:
@@ -235,16 +322,30 @@ def _scale(metric: str) -> float:
     return 1.0 if metric == "epochs_to_best" else 100.0
 
 
-def _ours(record: RunRecord, mode: str, metric: str) -> tuple[float, float] | None:
+def _ours(
+    replicates: Sequence[RunRecord], mode: str, metric: str, estimates: Mapping[str, Any]
+) -> tuple[float, float, float, float] | None:
+    """(value, half-width, se, df) of ours in the published units: from the leaderboard's row
+    model (``estimates``, the column's) when the records hold per-rep values, else the stored
+    interval of the newest record."""
+    import scipy.stats
+
+    scale = _scale(metric)
+    est = estimates.get(replicates[0].loss)
+    if est is not None and not math.isnan(est.mean):
+        se = math.sqrt(est.var_mean) if not math.isnan(est.var_mean) else math.nan
+        return scale * est.mean, scale * est.half_width, scale * se, est.df
+    record = max(replicates, key=lambda r: r.created)
     test = record.test
     cell = test.summary.get(mode, {}).get(metric)
     if cell is None and (not test.named_modes or test.has_mode(mode)):
         cell = test.extra_summary.get(metric)
     if cell is None or cell.mean is None:
         return None
-    hw = cell.half_width
-    scale = _scale(metric)
-    return scale * cell.mean, math.nan if hw is None else scale * hw
+    hw = math.nan if cell.half_width is None else scale * cell.half_width
+    n = test.reps
+    se = hw / float(scipy.stats.t.ppf(0.975, n - 1)) if n >= 2 and not math.isnan(hw) else math.nan
+    return scale * cell.mean, hw, se, float(n - 1)
 
 
 def join(
@@ -256,34 +357,52 @@ def join(
 ) -> list[Match]:
     """Every (record loss, mode, metric) with a published value of the same dataset, protocol,
     mode, embedding size and metric; the untrained row is joined with published ``untrained``
-    rows (MLRC's Pretrained). ``records`` are one budget's, newest per loss wins."""
-    tolerance = reproduction_tolerance(tables)
+    rows (MLRC's Pretrained). ``records`` are one budget's; each loss's seeds are folded as in the
+    leaderboard."""
+    from benchmark.report.leaderboard import column_estimates
+
+    margins = equivalence_margins(tables)
     wanted = None if metrics is None else set(metrics)
-    latest = {r.loss: r for r in latest_per_loss(records)}
+    replicates = replicates_per_loss(records)
+    names = sorted(replicates)
+    latest = {name: max(rs, key=lambda r: r.created) for name, rs in replicates.items()}
     published = [
         v
         for t in tables
         for v in t.values
         if v.dataset == dataset and v.protocol == protocol and (wanted is None or v.metric in wanted)
     ]
+    column_cache: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def estimates(mode: str, metric: str) -> dict[str, Any]:
+        if (mode, metric) not in column_cache:
+            have = [n for n in names if all(r.test.per_rep.get(mode, {}).get(metric) for r in replicates[n])]
+            values = column_estimates([replicates[n] for n in have], mode, metric) if have else []
+            column_cache[(mode, metric)] = dict(zip(have, values, strict=True))
+        return column_cache[(mode, metric)]
+
     out: list[Match] = []
-    for loss, r in sorted(latest.items()):
+    for loss in names:
+        r = latest[loss]
         dims = _mode_dims(r)
         for v in published:
             if v.loss != loss or dims.get(v.mode) != v.embedding_dim:
                 continue
-            ours = _ours(r, v.mode, v.metric)
+            ours = _ours(replicates[loss], v.mode, v.metric, estimates(v.mode, v.metric))
             if ours is not None:
-                name = r.loss_display_name
+                value, hw, se, df = ours
                 out.append(
-                    Match(loss, name, v.mode, v.embedding_dim, v.metric, *ours, v, tolerance.get(v.metric))
-                )
+                    Match(
+                        loss, r.loss_display_name, v.mode, v.embedding_dim, v.metric, value, hw, v,
+                        margins.get(v.metric), se, df,
+                    )
+                )  # fmt: skip
     if latest:  # the untrained row: from the newest record, a single measurement (no interval)
         newest = max(latest.values(), key=lambda r: r.created)
         dims = _mode_dims(newest)
         for v in published:
-            value = newest.untrained.get(v.mode, {}).get(v.metric)
-            if v.loss == UNTRAINED and dims.get(v.mode) == v.embedding_dim and value is not None:
+            untrained = newest.untrained.get(v.mode, {}).get(v.metric)
+            if v.loss == UNTRAINED and dims.get(v.mode) == v.embedding_dim and untrained is not None:
                 out.append(
                     Match(
                         UNTRAINED,
@@ -291,10 +410,10 @@ def join(
                         v.mode,
                         v.embedding_dim,
                         v.metric,
-                        _scale(v.metric) * float(value),
+                        _scale(v.metric) * float(untrained),
                         math.nan,
                         v,
-                        tolerance.get(v.metric),
+                        margins.get(v.metric),
                     )
                 )
     return out
@@ -321,10 +440,12 @@ def _fmt(value: float, hw: float | None) -> str:
 
 
 def _verdict(m: Match) -> str:
-    within = m.within
-    if within is None:
-        return "no tolerance"
-    return f"{'yes' if within else 'no'} (±{m.allowed:.2f})"
+    e = m.equivalence
+    if e is None:
+        return "no margin"
+    if math.isnan(e.low):
+        return f"{e.verdict} (our interval unknown)"
+    return f"{e.verdict} (90% CI {e.low:+.2f}, {e.high:+.2f}; margin ±{e.margin:.2f})"
 
 
 def coverage(tables: Sequence[PublishedTable]) -> list[str]:
@@ -355,16 +476,18 @@ def render_markdown(
             f"(tables in {folder} cover: {', '.join(coverage(tables)) or 'nothing'})."
         )
         return "\n".join(lines) + "\n"
-    tolerance = reproduction_tolerance(tables)
+    margins = equivalence_margins(tables)
     lines += [
         f"Published values from {folder} ({', '.join(t.path.name for t in tables)}); they are kept out of "
         "the leaderboard's rows, its bold best values and its significance tests.",
-        "Δ = ours − published (points). Within tolerance when |Δ| ≤ reproduction tolerance + our 95% "
-        "half-width + the published ± (where published); the bound is shown in parentheses.",
-        "Reproduction tolerance per metric = the largest difference between the MLRC and Mean-Field "
-        "papers' independent runs of the same cell: "
-        + (", ".join(f"{_metric_label(m)} {t:.2f}" for m, t in sorted(tolerance.items())) or "none")
-        + " (see docs/protocols.md §8).",
+        "Δ = ours − published (points). Verdict: two one-sided tests (TOST, α = 0.05) of |Δ| < margin, "
+        "our and the published standard errors in quadrature (a published ± is a 95% t-interval over "
+        f"{PUBLISHED_REPS} repetitions; a value published without one counts as exact): consistent "
+        "(the 90% interval of Δ lies inside ±margin), differs (it lies beyond), inconclusive (neither).",
+        "Margin per metric, derived from the published tables (the largest at which fewer than 10% of "
+        "the pairs of different losses in one paper's table test consistent): "
+        + (", ".join(f"{_metric_label(m)} {t:.2f}" for m, t in sorted(margins.items())) or "none")
+        + " (docs/protocols.md §8).",
     ]
     titles = {t.path.stem: t.header["paper"] for t in tables}
     for budget in sorted(by_budget):
@@ -386,7 +509,7 @@ def render_markdown(
             lines.append("No record matches a published cell (same loss, mode, embedding size and metric).")
             continue
         lines += [
-            "| Loss | Mode | Metric | Ours | Paper | Table | Published | Δ | Within tolerance |",
+            "| Loss | Mode | Metric | Ours | Paper | Table | Published | Δ | Verdict |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         modes = {"separated": 0, "concatenated": 1}

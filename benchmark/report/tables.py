@@ -23,7 +23,10 @@ from benchmark.protocol.convergence import RULE
 from benchmark.records import RunRecord, latest_per_loss
 from benchmark.report.leaderboard import (
     EXEMPT_NOTE,
+    TIER_ALPHA,
+    TIERS_NOTE,
     UNTRAINED,
+    VALUES_NOTE,
     Leaderboard,
     RecordLike,
     Row,
@@ -40,6 +43,7 @@ from benchmark.report.leaderboard import (
     record_metrics,
     resolve_metrics,
     select_records,
+    tier_footer,
 )
 
 FORMATS = ("md", "csv", "tex", "json")
@@ -110,13 +114,13 @@ def latex_text(lb: Leaderboard) -> str:
     lines = [
         _comment(f"dmlbench leaderboard: dataset {lb.dataset}, protocol {lb.protocol}."),
         _comment("Generated from the run records; do not edit by hand."),
-        _comment("Values: mean ± half-width of the 95% t-interval over test repetitions, in percent."),
+        _comment(VALUES_NOTE),
+        _comment(TIERS_NOTE),
         *[_comment(note) for note in lb.notes],
     ]
-    n_cols = 1 + len(modes) * len(metrics) + 1
     for s in lb.sections:
         titles = s.titles(modes)
-        spec = "l|" + "|".join("r" * len(metrics) for _ in modes) + "|r"
+        spec = "l|l|" + "|".join("r" * len(metrics) for _ in modes) + "|rr"
         group = " & ".join(
             rf"\multicolumn{{{len(metrics)}}}{{c|}}{{{latex_escape(titles.get(mode, label))}}}"
             for mode, label in modes
@@ -127,18 +131,18 @@ def latex_text(lb: Leaderboard) -> str:
             _comment(f"Budget {s.budget}" + (f" ({EXEMPT_NOTE})" if s.exempt else "")),
             rf"\begin{{tabular}}{{{spec}}}",
             r"\hline",
-            f" & {group} & \\\\",
-            " & ".join(["Loss", *names, "Reps"]) + r" \\",
+            f" & & {group} & & \\\\",
+            " & ".join(["Loss", "Group", *names, "Seeds", "Reps"]) + r" \\",
             r"\hline",
         ]
         for r in s.rows:
-            cells = [latex_escape(r.label)]
+            first = (modes[0][0], metrics[0]) if metrics else None
+            cells = [latex_escape(r.label), s.letters(r, *first) if first else ""]
             for mode, _ in modes:
                 for m in metrics:
                     text = latex_escape(format_cell(*r.cells[(mode, m)]))
                     cells.append(rf"\textbf{{{text}}}" if s.is_best(r, mode, m) else text)
-            cells.append(str(r.reps))
-            assert len(cells) == n_cols
+            cells += [latex_escape(r.seeds_text), latex_escape(r.reps_text)]
             lines.append(" & ".join(cells) + r" \\")
             if r.loss == UNTRAINED:
                 lines.append(r"\hline")
@@ -153,6 +157,7 @@ def latex_text(lb: Leaderboard) -> str:
                 else f"Budget {s.budget}; no hyperparameter search (loss defaults)."
             )
         )
+        lines += [_comment(line) for line in tier_footer(s)]
         lines += [_comment(note) for note in footer_notes(s.chosen)]
         lines += [_comment(line) for line in convergence_footer(s.budget, s.chosen)]
         lines += [_comment(line) for line in code_footer(s.chosen)]
@@ -197,7 +202,9 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                     m: {
                         "mean": _finite(r.cells[(mode, m)][0]),
                         "half_width": _finite(r.cells[(mode, m)][1]),
+                        "df": _finite(r.estimates[(mode, m)].df) if (mode, m) in r.estimates else None,
                         "best": s.is_best(r, mode, m),
+                        "group": s.letters(r, mode, m),
                     }
                     for m in lb.metrics
                 }
@@ -207,8 +214,9 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                 {
                     "loss": r.loss,
                     "name": r.name,
-                    "seed": r.seed,
-                    "reps": r.reps,
+                    "seeds": list(r.seeds),
+                    "reps_per_seed": r.reps,
+                    "interval_covers": r.scope or None,
                     "commit": r.commit,
                     "cells": cells,
                     # Why the fold trainings stopped (None for the untrained row).
@@ -224,6 +232,7 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                 },
                 "deviations": [{"key": k, "paper": p, "value": v} for k, p, v in s.deviations()],
                 "notes": footer_notes(s.chosen),
+                "tiers": tier_footer(s),
                 "convergence_exempt": s.exempt,
             }
         )
@@ -232,6 +241,8 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
         "dataset": lb.dataset,
         "protocol": lb.protocol,
         "confidence": 0.95,
+        "values": VALUES_NOTE,
+        "tiers": {"alpha": TIER_ALPHA, "rule": TIERS_NOTE},
         "modes": [mode for mode, _ in lb.modes],
         "metrics": [
             {

@@ -1,0 +1,179 @@
+"""Intervals and tests that cover the search seed as well as the training seed (docs/protocols.md §4.5).
+
+A row of a board is one loss under one configuration. Each *search seed* s runs the whole
+hyperparameter search and then R test repetitions (training seeds) at the setting it found, so the
+per-repetition values follow a two-level model::
+
+    y[s, r] = mu + a[s] + e[s, r],    a[s] ~ N(0, sigma_a^2) (the search),  e ~ N(0, sigma_e^2) (training)
+
+The seed means ybar[s] are then independent N(mu, tau^2) with tau^2 = sigma_a^2 + sigma_e^2 / R,
+whatever the split between the two components; so the mean of S seed means has variance
+tau^2 / S and ``S - 1`` degrees of freedom of its own. With S = 2 or 3 that is a t with 1 or 2
+degrees of freedom: intervals 3-6x wider than the spread alone suggests. The estimator chosen here
+pools tau^2 over the rows of one column (one budget, mode and metric) that have two or more
+seeds, like the pooled variance of a one-way ANOVA: degrees of freedom sum(S_l - 1). It assumes
+that the search moves every loss's result by a similar amount; ``dmlbench plan`` and the
+replication script print the per-loss spreads so the assumption can be checked.
+
+A row with one seed has no estimate of the search's share: its interval is the t-interval over
+its repetitions, which covers training seeds only, and it says so (``scope``).
+
+Why by hand: scipy and statsmodels have the one-way ANOVA and Welch's test, but not a pooled
+two-level interval with per-row seed counts, nor a test between a pooled row and a one-seed row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The interval of a row with one search seed: t over test repetitions.
+SCOPE_TRAINING = "training seeds"
+#: The interval of a row with several search seeds: the two-level model.
+SCOPE_BOTH = "search and training seeds"
+
+
+def _t_quantile(q: float, df: float) -> float:
+    import scipy.stats  # on first use (seconds to import)
+
+    return float(scipy.stats.t.ppf(q, df))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A row's mean with the estimated variance of that mean and its degrees of freedom."""
+
+    mean: float
+    #: Estimated variance of :attr:`mean` (NaN when it cannot be estimated).
+    var_mean: float
+    df: float
+    n_seeds: int
+    #: Test repetitions over all seeds.
+    n_values: int
+    scope: str
+    confidence: float = 0.95
+    #: Whether :attr:`var_mean` comes from the column's pooled seed variance (rows that share it
+    #: are compared with its degrees of freedom exactly).
+    pooled: bool = False
+
+    @property
+    def half_width(self) -> float:
+        """Half-width of the two-sided t-interval; 0 for a zero variance, NaN when unknown."""
+        if math.isnan(self.var_mean) or math.isnan(self.df) or self.df <= 0:
+            return math.nan
+        if self.var_mean == 0.0:
+            return 0.0
+        return _t_quantile(0.5 + self.confidence / 2.0, self.df) * math.sqrt(self.var_mean)
+
+
+def _clean(values: Sequence[float]) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
+def training_estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
+    """One seed's repetitions: the plain t-interval's mean, variance of the mean and n - 1 df."""
+    x = _clean(values)
+    n = int(x.size)
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, 1, 0, SCOPE_TRAINING, confidence)
+    if n == 1 or not np.isfinite(x).all():
+        mean = float(x.mean())
+        return Estimate(mean, math.nan, math.nan, 1, n, SCOPE_TRAINING, confidence)
+    if np.all(x == x[0]):
+        return Estimate(float(x[0]), 0.0, float(n - 1), 1, n, SCOPE_TRAINING, confidence)
+    return Estimate(float(x.mean()), float(x.var(ddof=1) / n), float(n - 1), 1, n, SCOPE_TRAINING, confidence)
+
+
+def seed_means(groups: Sequence[Sequence[float]]) -> list[float]:
+    """The mean of each seed's repetitions (a seed with no value is left out)."""
+    return [float(np.mean(_clean(g))) for g in groups if len(g)]
+
+
+def pooled_seed_variance(rows: Sequence[Sequence[Sequence[float]]]) -> tuple[float, int]:
+    """tau^2 pooled over the rows with >= 2 seeds: (sum of squared deviations of seed means from
+    their row's mean) / sum(S_l - 1), and that denominator (0 and NaN when no row has 2 seeds)."""
+    ss, df = 0.0, 0
+    for groups in rows:
+        means = np.asarray(seed_means(groups))
+        if means.size >= 2 and np.isfinite(means).all():
+            ss += float(((means - means.mean()) ** 2).sum())
+            df += int(means.size - 1)
+    return (ss / df if df else math.nan), df
+
+
+def row_estimates(rows: Sequence[Sequence[Sequence[float]]], confidence: float = 0.95) -> list[Estimate]:
+    """Each row's estimate: ``rows[l][s]`` are row l's repetition values under search seed s.
+
+    Rows with one seed get :func:`training_estimate`; rows with several get the mean of their
+    seed means with variance pooled tau^2 / S_l on the pooled degrees of freedom.
+    """
+    tau2, df = pooled_seed_variance(rows)
+    out = []
+    for groups in rows:
+        groups = [g for g in groups if len(g)]
+        if len(groups) <= 1:
+            out.append(training_estimate(groups[0] if groups else [], confidence))
+            continue
+        means = seed_means(groups)
+        out.append(
+            Estimate(
+                float(np.mean(means)),
+                tau2 / len(means),
+                float(df),
+                len(means),
+                sum(len(g) for g in groups),
+                SCOPE_BOTH,
+                confidence,
+                pooled=True,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``a - b`` with its standard error, degrees of freedom and two-sided p-value."""
+
+    diff: float
+    se: float
+    df: float
+    t: float
+    p: float
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """The two-sided t-interval of the difference (NaN bounds when it has no variance)."""
+        if math.isnan(self.se) or math.isnan(self.df):
+            return math.nan, math.nan
+        h = _t_quantile(0.5 + confidence / 2.0, self.df) * self.se if self.se > 0 else 0.0
+        return self.diff - h, self.diff + h
+
+
+def difference(a: Estimate, b: Estimate) -> Difference:
+    """Test of equal means for two rows.
+
+    Two rows on the column's pooled seed variance: t on that pool's degrees of freedom (the
+    pooled two-sample t-test of seed means). Otherwise Welch-Satterthwaite degrees of freedom:
+    for two one-seed rows this is exactly Welch's t-test of their repetitions.
+    """
+    import scipy.stats
+
+    d = a.mean - b.mean
+    v = a.var_mean + b.var_mean
+    if any(math.isnan(x) for x in (d, v, a.df, b.df)):
+        return Difference(d, math.nan, math.nan, math.nan, math.nan)
+    if v == 0.0:
+        if d == 0.0:
+            return Difference(d, 0.0, math.nan, math.nan, math.nan)
+        return Difference(d, 0.0, math.inf, math.copysign(math.inf, d), 0.0)
+    if a.pooled and b.pooled:
+        df = a.df
+    else:
+        parts = [x.var_mean**2 / x.df for x in (a, b) if x.var_mean > 0]
+        df = v**2 / sum(parts)
+    se = math.sqrt(v)
+    t = d / se
+    p = float(2.0 * scipy.stats.t.sf(abs(t), df))
+    return Difference(d, se, float(df), t, min(1.0, p))

@@ -1,0 +1,192 @@
+"""The two-level (search seed x training seed) estimator, tiers, power and TOST (benchmark.stats)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from benchmark.stats.equivalence import CONSISTENT, DIFFERS, INCONCLUSIVE, combined, se_from_half_width, tost
+from benchmark.stats.intervals import holm, t_interval, welch_t_test
+from benchmark.stats.power import difference_df, difference_se, min_detectable_difference, power
+from benchmark.stats.seeds import (
+    SCOPE_BOTH,
+    SCOPE_TRAINING,
+    difference,
+    pooled_seed_variance,
+    row_estimates,
+    training_estimate,
+)
+from benchmark.stats.tiers import column_tiers, compact_letters
+
+
+def test_one_seed_row_is_the_plain_t_interval() -> None:
+    values = [0.41, 0.45, 0.43, 0.47]
+    (est,) = row_estimates([[values]])
+    ref = t_interval(values)
+    assert est.scope == SCOPE_TRAINING and est.n_seeds == 1
+    assert est.mean == pytest.approx(ref.mean, abs=1e-15)
+    assert est.half_width == pytest.approx(ref.half_width, rel=1e-12)
+
+
+def test_pooled_seed_variance_by_hand() -> None:
+    rows = [[[1.0, 3.0], [5.0, 7.0]], [[0.0], [1.0], [2.0]], [[9.0, 9.0]]]
+    # row 0: seed means 2, 6 -> ss 8, df 1; row 1: means 0,1,2 -> ss 2, df 2; row 2: one seed.
+    tau2, df = pooled_seed_variance(rows)
+    assert (tau2, df) == (pytest.approx(10.0 / 3.0), 3)
+    est = row_estimates(rows)
+    assert est[0].scope == SCOPE_BOTH and est[0].mean == 4.0
+    assert est[0].var_mean == pytest.approx(10.0 / 3.0 / 2)
+    assert est[1].var_mean == pytest.approx(10.0 / 3.0 / 3) and est[1].df == 3
+    assert est[2].scope == SCOPE_TRAINING and est[2].half_width == 0.0
+    half = scipy.stats.t.ppf(0.975, 3) * math.sqrt(10.0 / 3.0 / 2)
+    assert est[0].half_width == pytest.approx(half)
+
+
+def test_two_one_seed_rows_are_welch() -> None:
+    a, b = [0.41, 0.45, 0.43, 0.47], [0.38, 0.40, 0.45, 0.36, 0.39]
+    d = difference(training_estimate(a), training_estimate(b))
+    t, p = welch_t_test(a, b)
+    assert d.t == pytest.approx(t, rel=1e-10) and d.p == pytest.approx(p, rel=1e-9)
+
+
+def _simulate(n_sims: int, losses: int, seeds: int, reps: int, sa: float, se: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    mu = np.linspace(0.3, 0.5, losses)
+    a = rng.normal(0.0, sa, size=(n_sims, losses, seeds, 1))
+    e = rng.normal(0.0, se, size=(n_sims, losses, seeds, reps))
+    return mu[None, :, None, None] + a + e
+
+
+@pytest.mark.parametrize(("seeds", "sa", "se"), [(2, 0.02, 0.01), (3, 0.01, 0.02), (3, 0.0, 0.02)])
+def test_two_level_interval_covers_nominal(seeds: int, sa: float, se: float) -> None:
+    """Known components, 1500 simulated boards of 6 losses: the nominal 95% covers 95% within
+    Monte-Carlo error (3 standard errors), whatever the split between search and training."""
+    n, losses = 1500, 6
+    y = _simulate(n, losses, seeds, 4, sa, se, seed=seeds)
+    mu = np.linspace(0.3, 0.5, losses)
+    hits = 0
+    for b in range(n):
+        rows = [[list(y[b, k, s]) for s in range(seeds)] for k in range(losses)]
+        for k, est in enumerate(row_estimates(rows)):
+            hits += abs(est.mean - mu[k]) <= est.half_width
+    coverage = hits / (n * losses)
+    mc = 3 * math.sqrt(0.95 * 0.05 / n)  # rows of one board share tau^2: n boards, not n*losses
+    assert abs(coverage - 0.95) < mc, coverage
+
+
+def test_training_only_interval_undercovers_when_the_search_varies() -> None:
+    """Why the scope is printed: with sigma_a = 2 sigma_e a one-seed interval misses often."""
+    n = 2000
+    y = _simulate(n, 1, 1, 4, 0.02, 0.01, seed=7)
+    mu = 0.3
+    hits = sum(
+        abs(training_estimate(list(y[b, 0, 0])).mean - mu) <= training_estimate(list(y[b, 0, 0])).half_width
+        for b in range(n)
+    )
+    assert hits / n < 0.75
+
+
+def test_pooled_rows_test_on_the_pooled_df() -> None:
+    rows = [[[0.50, 0.52], [0.55, 0.53]], [[0.40, 0.41], [0.43, 0.42]]]
+    a, b = row_estimates(rows)
+    d = difference(a, b)
+    assert d.df == 2  # 2 rows x (2 seeds - 1)
+    means_a, means_b = [0.51, 0.54], [0.405, 0.425]
+    tau2 = (np.var(means_a, ddof=1) + np.var(means_b, ddof=1)) / 2
+    t = (np.mean(means_a) - np.mean(means_b)) / math.sqrt(tau2 * (1 / 2 + 1 / 2))
+    assert d.t == pytest.approx(t) and d.p == pytest.approx(2 * scipy.stats.t.sf(abs(t), 2))
+
+
+# -- tiers ------------------------------------------------------------------------------------
+
+
+def _est(mean: float, sd: float = 0.001, n: int = 4) -> object:
+    rng = np.random.default_rng(int(mean * 1000))
+    values = list(mean + sd * rng.standard_normal(n))
+    values = list(np.asarray(values) - np.mean(values) + mean)
+    return training_estimate(values)
+
+
+def test_tiers_known_by_construction() -> None:
+    # Three clearly separated groups; within a group the means differ by far less than the noise.
+    ests = [_est(m) for m in (0.50, 0.5003, 0.40, 0.4002, 0.30)]
+    tiers = column_tiers(ests)  # type: ignore[arg-type]
+    assert tiers.best == 1
+    assert tiers.in_best_tier == (True, True, False, False, False)
+    assert tiers.letters == ("a", "a", "b", "b", "c")
+    assert tiers.n_pairs == 10
+    # Lower is better flips the order of the letters.
+    low = column_tiers(ests, higher_is_better=False)  # type: ignore[arg-type]
+    assert low.letters == ("c", "c", "b", "b", "a") and low.in_best_tier[4]
+
+
+def test_tiers_use_holm_over_all_pairs() -> None:
+    ests = [_est(0.50, 0.01), _est(0.47, 0.01), _est(0.30, 0.01)]
+    tiers = column_tiers(ests)  # type: ignore[arg-type]
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    raw = [difference(ests[i], ests[j]).p for i, j in pairs]  # type: ignore[arg-type]
+    assert [tiers.p_adjusted[p] for p in pairs] == pytest.approx(holm(raw))
+    assert tiers.in_best_tier == tuple(not tiers.significant(i, 0) for i in range(3))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_letters_share_exactly_when_not_significant(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    sig = [(i, j) for i, j in itertools.combinations(range(n), 2) if rng.random() < 0.5]
+    letters = compact_letters(n, sig, list(range(n)))
+    for i, j in itertools.combinations(range(n), 2):
+        share = bool(set(letters[i]) & set(letters[j]))
+        assert share == ((i, j) not in sig), (letters, sig)
+    assert "a" in letters[0]
+
+
+# -- power ------------------------------------------------------------------------------------
+
+
+def test_power_and_mdd() -> None:
+    # Large df: the normal approximation (z_0.975 + z_0.8) se.
+    assert min_detectable_difference(1.0, 1e7) == pytest.approx(1.959964 + 0.841621, rel=1e-4)
+    mdd = min_detectable_difference(0.5, 6)
+    assert power(mdd, 0.5, 6) == pytest.approx(0.8, abs=1e-9)
+    # Monte Carlo check of the power formula: 6 vs 6 equal-variance samples.
+    rng = np.random.default_rng(0)
+    delta, sd, n = 1.2, 1.0, 6
+    a = rng.normal(delta, sd, size=(20000, n))
+    b = rng.normal(0.0, sd, size=(20000, n))
+    p = scipy.stats.ttest_ind(a, b, axis=1).pvalue
+    se = sd * math.sqrt(2 / n)
+    assert (p <= 0.05).mean() == pytest.approx(power(delta, se, 2 * n - 2), abs=0.015)
+
+
+def test_difference_se_and_df() -> None:
+    assert difference_se(1.0, 4.0, seeds=2, reps=4) == pytest.approx(math.sqrt(2 * (1 + 1) / 2))
+    assert difference_df(1, 4) == 6 and difference_df(3, 4) == 4
+
+
+# -- TOST -------------------------------------------------------------------------------------
+
+
+def test_tost_hand_computed() -> None:
+    q = scipy.stats.t.ppf(0.95, 10)
+    e = tost(0.2, 0.1, 10, margin=0.5)
+    assert (e.low, e.high) == (pytest.approx(0.2 - q * 0.1), pytest.approx(0.2 + q * 0.1))
+    assert e.verdict == CONSISTENT  # 0.2 + 1.81 * 0.1 = 0.38 < 0.5
+    assert tost(0.4, 0.1, 10, margin=0.5).verdict == INCONCLUSIVE  # upper 0.58
+    assert tost(0.8, 0.1, 10, margin=0.5).verdict == DIFFERS  # lower 0.62 > 0.5
+    assert tost(-0.8, 0.1, 10, margin=0.5).verdict == DIFFERS
+    assert tost(0.49, 0.0, math.inf, margin=0.5).verdict == CONSISTENT
+    with pytest.raises(ValueError, match="margin"):
+        tost(0.0, 0.1, 10, margin=0.0)
+
+
+def test_combined_se_is_quadrature_with_welch_df() -> None:
+    se, df = combined(0.3, 3, 0.4, 9)
+    assert se == pytest.approx(0.5)
+    assert df == pytest.approx(0.5**4 / (0.3**4 / 3 + 0.4**4 / 9))
+    assert combined(0.0, 3, 0.0, 9) == (0.0, math.inf)
+    assert se_from_half_width(scipy.stats.t.ppf(0.975, 9) * 0.2, 10) == pytest.approx(0.2)
