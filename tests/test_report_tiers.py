@@ -1,0 +1,144 @@
+"""Multi-seed rows, tiers and their agreement across the four formats, compare and plan."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report_tables import MLRC, make_record, write
+
+from benchmark.cli.main import main
+from benchmark.report.compare import compare_budget
+from benchmark.report.leaderboard import UNTRAINED, build_leaderboard, load_leaderboard
+from benchmark.report.plan import components, plan
+from benchmark.report.tables import FORMATS, render_leaderboard
+from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, row_estimates
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def seeded(loss: str, value: float, seed: int, created: str, **kw: Any) -> dict[str, Any]:
+    rec = make_record(loss, loss.upper(), dict.fromkeys(MLRC, value), created, **kw)
+    rec["seed"] = seed
+    return rec
+
+
+def _board() -> list[dict[str, Any]]:
+    # a: two seeds (0.50, 0.54), b: two seeds (0.30, 0.33), c: one seed 0.52, d: one seed 0.20.
+    return [
+        seeded("a", 0.50, 0, "1"),
+        seeded("a", 0.54, 1, "2"),
+        seeded("b", 0.30, 0, "3"),
+        seeded("b", 0.33, 1, "4"),
+        seeded("c", 0.52, 0, "5"),
+        seeded("d", 0.20, 0, "6"),
+    ]
+
+
+def test_seeds_fold_into_one_row_with_the_two_level_interval() -> None:
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": _board()}, ["map_at_r"])
+    (s,) = lb.sections
+    rows = {r.loss: r for r in s.rows}
+    assert rows["a"].seeds == (0, 1) and rows["a"].scope == SCOPE_BOTH and rows["a"].reps_text == "2×3"
+    assert rows["c"].seeds == (0,) and rows["c"].scope == SCOPE_TRAINING
+    # The same estimates as the pure function on the per-rep values.
+    per = {r["loss"]: [] for r in _board()}
+    for r in _board():
+        per[r["loss"]].append(r["test"]["per_rep"]["separated"]["map_at_r"])
+    expected = dict(zip(sorted(per), row_estimates([per[k] for k in sorted(per)]), strict=True))
+    for loss, est in expected.items():
+        mean, hw = rows[loss].cells[("separated", "map_at_r")]
+        assert mean == pytest.approx(est.mean) and hw == pytest.approx(est.half_width)
+    assert rows["a"].cells[("separated", "map_at_r")][0] == pytest.approx(0.52)
+    # Sorted by the first column, the untrained row last.
+    assert [r.loss for r in s.rows] == ["a", "c", "b", "d", UNTRAINED]
+
+
+def test_other_configurations_are_not_folded_in() -> None:
+    other = seeded("a", 0.90, 2, "0")
+    other["config"]["model"]["embedding_dim"] = 64  # another configuration, older
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": [*_board(), other]}, ["map_at_r"])
+    row = next(r for r in lb.sections[0].rows if r.loss == "a")
+    assert row.seeds == (0, 1)
+
+
+def test_formats_agree_on_tiers(tmp_path: Path) -> None:
+    root = write(tmp_path, _board())
+    lb = load_leaderboard(root, "glyphs", "mlrc", metrics=["map_at_r"])
+    (s,) = lb.sections
+    best = {r.loss: s.is_best(r, "separated", "map_at_r") for r in s.trained}
+    letters = {r.loss: s.letters(r, "separated", "map_at_r") for r in s.trained}
+    assert best["a"] and not best["d"]  # d is 30 points below a
+    texts = {fmt: render_leaderboard(fmt, lb) for fmt in FORMATS}
+    data = json.loads(texts["json"])
+    jrows = {r["loss"]: r for r in data["budgets"][0]["rows"]}
+    crows = {r["loss"]: r for r in csv.DictReader(io.StringIO(texts["csv"]))}
+    for loss in best:
+        cell = jrows[loss]["cells"]["separated"]["map_at_r"]
+        assert cell["best"] == best[loss] and cell["group"] == letters[loss]
+        assert crows[loss]["separated_map_at_r_best_tier"] == str(best[loss]).lower()
+        assert crows[loss]["separated_map_at_r_group"] == letters[loss]
+        md_row = next(line for line in texts["md"].splitlines() if line.startswith(f"| {loss.upper()} |"))
+        assert md_row.split(" | ")[1] == letters[loss]
+        assert ("**" in md_row.split(" | ")[2]) == best[loss]
+        tex_row = next(line for line in texts["tex"].splitlines() if line.startswith(f"{loss.upper()} &"))
+        assert tex_row.split(" & ")[1] == letters[loss]
+        assert ("textbf" in tex_row.split(" & ")[2]) == best[loss]
+    # compare tests the same rows with the same pooled variance: its uncorrected p for (a, d)
+    # is the leaderboard's raw p for that pair.
+    (c,) = [
+        c
+        for c in compare_budget("mini", list(s.records), ["d"], ["a"], "map_at_r", use_holm=False)
+        if c.mode == "separated"
+    ]
+    assert c.scope == SCOPE_BOTH and c.reference_scope == SCOPE_TRAINING and c.seeds == 2
+    assert c.diff_low < c.diff < c.diff_high and c.significant
+
+
+def test_plan_reads_the_components(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    comps = components([*map(_typed, _board())], "separated", "map_at_r")
+    # Within-seed: offsets -0.01, 0, +0.01 -> variance 1e-4 in every (loss, seed).
+    assert comps.sigma_e2 == pytest.approx(1e-4) and comps.df_e == 6 * 2
+    # Seed means: a 0.50/0.54, b 0.30/0.33 -> tau^2 = (0.02^2*2 + 0.015^2*2) / 2.
+    assert comps.tau2 == pytest.approx((2 * 0.02**2 + 2 * 0.015**2) / 2)
+    assert comps.sigma_a2 == pytest.approx(comps.tau2 - 1e-4 / 3)
+    p = plan(comps, 0.05)
+    assert p.cheapest is not None and p.grid[p.cheapest] >= 0.8
+    assert all(p.grid[(s, 20)] <= p.grid[(s + 1, 20)] + 1e-12 for s in (2, 3, 4, 5))
+    root = write(tmp_path, _board())
+    assert main(["plan", "--dataset", "glyphs", "--results-dir", str(root), "--difference", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "Search-seed sd σ_a" in out and "Cheapest design" in out
+    assert main(["plan", "--dataset", "glyphs", "--results-dir", str(root), "--difference", "0"]) == 2
+
+
+def _typed(rec: dict[str, Any]) -> Any:
+    from benchmark.records import as_record
+
+    return as_record(rec)
+
+
+def test_compare_cli_defaults_to_holm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path, _board())
+    base = ["compare", "--dataset", "glyphs", "--results-dir", str(root), "--reference", "d"]
+    assert main(base) == 0
+    assert "Holm-adjusted over all comparisons" in capsys.readouterr().out
+    assert main([*base, "--no-correction", "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT corrected" in out and " [+" in out
+
+
+def test_replication_script_runs(tmp_path: Path) -> None:
+    root = write(tmp_path, _board())
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    assert "| single seed |" in out.stdout and "Called different" in out.stdout
