@@ -38,13 +38,15 @@ from matplotlib.ticker import MaxNLocator
 from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.records import Interval, RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
+from benchmark.records import RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
 from benchmark.report.figure_files import save_figures
 from benchmark.report.leaderboard import (
     MODES,
+    UNTRAINED,
     Leaderboard,
     RecordLike,
     build_leaderboard,
+    build_rows,
     group_by_budget,
     load_records,
     mode_titles,
@@ -85,38 +87,41 @@ def _searched(record: RunRecord) -> Search:
 
 
 def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: str) -> Figure:
-    """Mean ± CI (percent) per loss, one row of panels per metric, one column per mode."""
-    chosen = latest_per_loss(records)
-    newest = max(chosen, key=lambda r: r.created)
-    titles = mode_titles(chosen)
-    modes = record_modes(chosen)
-    n = len(chosen)
+    """Mean ± 95% interval (percent) per leaderboard row (seeds folded, sorted by the first
+    column as the table is), one row of panels per metric, one column per mode."""
+    typed = [as_record(r) for r in records]
+    modes = record_modes(typed)
+    titles = mode_titles(typed)
+    rows = build_rows(typed, metrics, modes)
+    untrained_row = next(r for r in rows if r.loss == UNTRAINED)
+    rows = [r for r in rows if r.loss != UNTRAINED]
+    n = len(rows)
     fig = Figure(figsize=(5 * len(modes), len(metrics) * (0.32 * n + 1.3)), layout="constrained")
     y = np.arange(n)
-    missing = Interval(None, None)
+    labels = [r.name + (f" ({len(r.seeds)} seeds)" if len(r.seeds) > 1 else "") for r in rows]
     for i, m in enumerate(metrics):
         spec = METRICS.get(m)
         for j, (mode, _) in enumerate(modes):
             ax = fig.add_subplot(len(metrics), len(modes), len(modes) * i + j + 1)
-            cells = [r.test.summary.get(mode, {}).get(m, missing) for r in chosen]
-            means = np.array([100 * nan_if_none(c.mean) for c in cells])
-            hws = np.array([100 * nan_if_none(c.half_width) for c in cells])
+            means = np.array([100 * r.cells[(mode, m)][0] for r in rows])
+            hws = np.array([100 * r.cells[(mode, m)][1] for r in rows])
             ax.errorbar(
                 means, y, xerr=np.nan_to_num(hws), fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3
             )
-            untrained = newest.untrained.get(mode, {}).get(m)
-            if untrained is not None:
-                ax.axvline(
-                    100 * float(untrained), color="grey", linestyle="--", linewidth=1, label="untrained"
-                )
+            untrained = untrained_row.cells[(mode, m)][0]
+            if not math.isnan(untrained):
+                ax.axvline(100 * untrained, color="grey", linestyle="--", linewidth=1, label="untrained")
                 if i == 0 and j == 0:
                     ax.legend(loc="best", fontsize="small")
-            ax.set_yticks(y, [_name(r) for r in chosen] if j == 0 else [""] * n)
+            ax.set_yticks(y, labels if j == 0 else [""] * n)
             ax.invert_yaxis()
             ax.set_xlabel(f"{spec.display_name} (%)")
             ax.set_title(f"{titles.get(mode, mode)}: {spec.display_name}", fontsize="medium")
             ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"Test metrics, mean ± 95% CI over test repetitions (budget {budget})")
+    fig.suptitle(
+        f"Test metrics, mean ± 95% interval (budget {budget}); one-seed rows: over training seeds, "
+        "rows with k seeds: over search and training seeds"
+    )
     return fig
 
 
@@ -454,7 +459,7 @@ def write_plots(
         budget, chosen, metrics = section.budget, list(section.chosen), section.metrics
         figures: list[tuple[str, Figure | None]] = []
         if metrics:
-            figures.append(("metrics", plot_metrics(chosen, metrics, budget)))
+            figures.append(("metrics", plot_metrics(list(section.records), metrics, budget)))
         else:
             note(f"metrics-{budget}: the records share no registered metric; skipped.")
         if not all(r.search is not None for r in chosen):
