@@ -142,3 +142,28 @@ def test_replication_script_runs(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True, cwd=ROOT,
     )  # fmt: skip
     assert "| single seed |" in out.stdout and "Called different" in out.stdout
+
+
+def test_run_seeds_runs_the_protocol_once_per_seed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``dmlbench run --seeds 0,1,2`` is three whole runs with those seeds (api.run stubbed)."""
+    from types import SimpleNamespace
+
+    from benchmark import api
+
+    calls: list[int] = []
+    md = tmp_path / "leaderboard.md"
+    md.write_text("board\n")
+
+    def fake_run(loss: str, **kw: Any) -> Any:
+        calls.append(kw["seed"])
+        return SimpleNamespace(
+            leaderboard_paths=[md], record={"timings_s": {"total": 1.0}}, record_path=md, run_dir=tmp_path
+        )
+
+    monkeypatch.setattr(api, "run", fake_run)
+    assert main(["run", "--loss", "ms", "--budget", "smoke", "--seeds", "2,0,1"]) == 0
+    assert calls == [2, 0, 1]
+    assert main(["run", "--loss", "ms", "--seeds", "0,x"]) == 2
+    assert main(["run", "--loss", "ms", "--seeds", "1,1"]) == 2
+    assert main(["run", "--loss", "ms", "--seeds", "1", "--seed", "2"]) == 2
+    assert calls == [2, 0, 1]

@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmark import api
 from benchmark.config import parse_set_option
+from benchmark.errors import DmlbenchError
 from benchmark.models.pretrained import BUILTIN_PREFIX
 from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
@@ -27,6 +28,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--budget", default="mini", help="paper | mini | smoke (default: mini)")
     p.add_argument(
         "--seed", type=int, default=0, help="run seed (folds are seed-free; models, samplers use it)"
+    )
+    p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S1,S2,...",
+        help="run the whole protocol (search and test stage) once per seed, one after another, e.g. "
+        "0,1,2; the leaderboard folds them into one row whose interval covers the search seed too "
+        "(replaces --seed)",
     )
     p.add_argument("--sampler", default=None, help="gp | tpe | random (default: the protocol's, gp)")
     p.add_argument(
@@ -87,7 +96,33 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
+def parse_seeds(text: str | None, seed: int) -> list[int]:
+    """``--seeds 0,1,2`` as a list (each a non-negative integer, no repeats); ``[seed]`` without it."""
+    if text is None:
+        return [seed]
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        seeds = [int(item) for item in items]
+    except ValueError:
+        raise DmlbenchError(f"--seeds takes comma-separated integers, e.g. 0,1,2; got {text!r}.") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise DmlbenchError(f"--seeds needs distinct non-negative integers; got {text!r}.")
+    return seeds
+
+
 def handle(args: argparse.Namespace) -> int:
+    seeds = parse_seeds(getattr(args, "seeds", None), args.seed)
+    if getattr(args, "seeds", None) is not None and args.seed != 0:
+        raise DmlbenchError("Give either --seed or --seeds, not both.")
+    for i, seed in enumerate(seeds):
+        if len(seeds) > 1:
+            print(f"run: seed {seed} ({i + 1}/{len(seeds)})", flush=True)
+        run_one(args, seed)
+    return 0
+
+
+def run_one(args: argparse.Namespace, seed: int) -> None:
+    """One protocol run at ``seed``; prints the refreshed leaderboard and what it wrote."""
     overrides = dict(parse_set_option(item) for item in args.overrides)
     if args.trunk_weights is not None:
         # A built-in name (builtin:NAME) is not a path: resolving it would make it one.
@@ -100,7 +135,7 @@ def handle(args: argparse.Namespace) -> int:
         dataset=args.dataset,
         data_dir=args.data_dir,
         budget=args.budget,
-        seed=args.seed,
+        seed=seed,
         sampler=args.sampler,
         overrides=overrides,
         out=args.out,
@@ -122,4 +157,3 @@ def handle(args: argparse.Namespace) -> int:
     print(f"run dir:     {result.run_dir}")
     for path in result.leaderboard_paths:
         print(f"wrote:       {path}")
-    return 0
