@@ -117,12 +117,21 @@ KINDS: dict[str, Callable[[], list[str]]] = {
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("list", help="list registered components", description=__doc__)
-    p.add_argument("kind", help=" | ".join(KINDS))
+    p.add_argument("kind", nargs="*", help="one of: " + ", ".join(KINDS))
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.kind not in KINDS:
-        raise UnknownNameError("list kind", args.kind, list(KINDS))
-    print("\n".join(KINDS[args.kind]()))
+    kinds = list(args.kind)
+    if len(kinds) != 1:
+        given = f"got {len(kinds)} ({' '.join(kinds)})" if kinds else "got none"
+        raise ConfigError(
+            f"`dmlbench list` takes one kind, {given}: dmlbench list KIND, with KIND one of "
+            + ", ".join(KINDS)
+            + " (e.g. dmlbench list losses)."
+        )
+    kind = kinds[0]
+    if kind not in KINDS:
+        raise UnknownNameError("list kind", kind, list(KINDS))
+    print("\n".join(KINDS[kind]()))
     return 0
