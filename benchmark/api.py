@@ -19,6 +19,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmark.checks import (
+    check_bool,
+    check_int,
+    check_metrics,
+    check_name,
+    check_optional_path,
+    check_optional_str,
+    check_overrides,
+    check_path,
+    check_str,
+)
 from benchmark.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,14 +67,34 @@ def run(
     arguments are those of ``dmlbench run`` (see ``dmlbench run --help``), except ``quiet``,
     True by default here (no progress display). Returns the record (``.record``, a dict) and
     where the record, run directory and leaderboard files are.
+
+    Every argument is checked before anything is imported or read: a wrong type (``seed="0"``,
+    ``seed=True``, ``overrides=[("train.lr", 1e-4)]``) or value is a
+    :class:`~benchmark.errors.ConfigError` naming the ``dmlbench run`` option, as the command line
+    words it; ``protocol`` is a name (:data:`benchmark.checks.SAFE_NAME`), never a path.
     """
     from benchmark import plugins
     from benchmark.protocol.request import RunRequest, preflight
     from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
-    heartbeat = DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat
-    if workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}.")
+    # Types first (a notebook passes anything): each a ConfigError naming the --flag, as the CLI does.
+    loss = check_str("--loss", loss)
+    protocol = check_name("protocol", protocol)
+    dataset = check_optional_str("--dataset", dataset)
+    data_path = check_optional_path("--data-dir", data_dir)
+    budget = check_str("--budget", budget)
+    seed = check_int("--seed", seed)
+    sampler = check_optional_str("--sampler", sampler)
+    user_overrides = check_overrides(overrides)
+    out_path = check_path("--out", out)
+    results_path = check_path("--results-dir", results_dir)
+    device = check_str("--device", device)
+    jobs = check_int("--jobs", jobs)
+    quiet = check_bool("quiet", quiet)
+    storage = check_optional_str("--storage", storage)
+    workers = check_int("--workers", workers, 1)
+    heartbeat = check_int("--heartbeat", DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat)
+    resume_mixed_code = check_bool("--resume-mixed-code", resume_mixed_code)
     if heartbeat < 1:
         raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
     if plugins.is_ref(loss):
@@ -74,13 +105,13 @@ def run(
         loss=loss,
         protocol=protocol,
         dataset=dataset,
-        data_dir=None if data_dir is None else str(data_dir),
+        data_dir=None if data_path is None else str(data_path),
         budget=budget,
         seed=seed,
         sampler=sampler,
-        overrides=dict(overrides or {}),
-        out=Path(out),
-        results_dir=Path(results_dir),
+        overrides=user_overrides,
+        out=out_path,
+        results_dir=results_path,
         device=device,
         jobs=jobs,
         quiet=quiet,
@@ -135,25 +166,36 @@ def report(
     *,
     protocol: str = "mlrc",
     results_dir: str | Path = "results",
-    metrics: Sequence[str] | None = None,
+    metrics: str | Sequence[str] | None = None,
     budget: str | None = None,
     format: str = "md",
     convergence: bool = False,
 ) -> str:
     """The leaderboard of ``dataset``/``protocol`` from the records under ``results_dir``, rendered as
     ``format`` (md, csv, tex or json), as ``dmlbench report`` prints it; with ``convergence``, the
-    convergence table instead (md or csv), as ``dmlbench report --convergence`` prints it."""
+    convergence table instead (md or csv), as ``dmlbench report --convergence`` prints it.
+
+    ``metrics`` is a metric name or a list of them (None: every metric the records hold).
+    ``dataset`` and ``protocol`` are names (:data:`benchmark.checks.SAFE_NAME`), never paths: a
+    wrong type or value is a :class:`~benchmark.errors.ConfigError`."""
     from benchmark.report.tables import FORMATS, render, resolve_metrics, select_records
 
+    dataset = check_name("dataset", dataset)
+    protocol = check_name("protocol", protocol)
+    results = check_path("--results-dir", results_dir)
+    metrics = check_metrics(metrics)
+    budget = check_optional_str("--budget", budget)
+    format = check_str("--format", format)
+    convergence = check_bool("convergence", convergence)
     if convergence:
         from benchmark.report.convergence_table import render_convergence
         from benchmark.report.leaderboard import load_leaderboard
 
         # render_convergence refuses a format it does not write (ConfigError, naming md and csv).
-        lb = load_leaderboard(Path(results_dir), dataset, protocol, budget=budget, metrics=metrics)
+        lb = load_leaderboard(results, dataset, protocol, budget=budget, metrics=metrics)
         return render_convergence(format, lb)
     if format not in FORMATS:
         raise ConfigError(f"Unknown report format {format!r}; valid: {', '.join(FORMATS)}.")
-    by_budget = select_records(Path(results_dir), dataset, protocol, budget)
-    chosen = resolve_metrics(by_budget, list(metrics) if metrics is not None else None)
+    by_budget = select_records(results, dataset, protocol, budget)
+    chosen = resolve_metrics(by_budget, metrics)
     return render(format, dataset, protocol, by_budget, chosen)
