@@ -168,6 +168,58 @@ def test_warmup_epoch_trains_only_the_embedder() -> None:
     )
 
 
+def test_batchnorm_affine_trains_from_the_epoch_the_warmup_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The authors' warm-up block thaws every non-embedding parameter at epoch ``warm`` (0-based),
+    BatchNorm γ/β included although ``bn_freeze`` froze them: with one warm-up epoch they are frozen
+    in epoch 1 and train (receive gradients) from epoch 2; without a warm-up they never train."""
+    import benchmark.protocol.train as train_module
+
+    seen: dict[int, tuple[bool, bool, bool]] = {}  # epoch -> (γ/β require grad, got grad, conv requires grad)
+
+    class Spy(LoopControl):
+        def start_epoch(self, epoch: int) -> None:
+            super().start_epoch(epoch)
+            self.epoch = epoch
+
+        def after_backward(self) -> None:
+            bns = [m for m in self.model.trunk.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+            affine = [p for bn in bns for p in bn.parameters()]
+            convs = [m.weight for m in self.model.trunk.modules() if isinstance(m, torch.nn.Conv2d)]
+            assert bns and affine
+            seen[self.epoch] = (
+                all(p.requires_grad for p in affine),
+                all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in affine),
+                all(p.requires_grad for p in convs),
+            )
+            assert all(p.requires_grad == affine[0].requires_grad for p in affine)
+            super().after_backward()
+
+    monkeypatch.setattr(train_module, "LoopControl", Spy)
+    base = {"trunk": "smallcnn", "pretrained": False, "freeze_trunk_bn": True, "embedding_dim": 16}
+    train = {"batch_size": 8, "iters_per_epoch": 2, "max_epochs": 3, "eval_every": 1, "patience": 5}
+    model = {**base, "freeze_trunk_bn_affine": True}
+    for warmup, expected in (
+        (1, {1: (False, False, False), 2: (True, True, True), 3: (True, True, True)}),
+        (0, {1: (False, False, True), 2: (False, False, True), 3: (False, False, True)}),
+    ):
+        seen.clear()
+        config = config_from_mapping({"model": model, "train": {**train, "warmup_epochs": warmup}})
+        data = _data()
+        _, trained, _ = train_with_loss(
+            config=config,
+            loss_name="contrastive",
+            loss_params={},
+            train=data,
+            val=data,
+            augment=None,
+            seed=5,
+            device=torch.device("cpu"),
+            optimizer="adamw",
+            prefetch_depth=0,
+        )
+        assert seen == expected, (warmup, seen)
+
+
 def test_bad_option_values_are_config_errors() -> None:
     for key, value in (
         ("model.pooling", "max"),

@@ -15,8 +15,9 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
   once per pass, pair-based ones draw that many batches of m = 4 images per class. The loop is
   the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.protocol.training_options`):
   a warm-up epoch training only the embedder and loss parameters, lr halved every 10 epochs,
-  gradients clipped at 10, BatchNorm fully frozen, avg+max pooling, kaiming embedder, and
-  RandomResizedCrop(224, scale 0.08-1) from the whole image.
+  gradients clipped by value at 10, BatchNorm statistics frozen and its γ/β frozen until the
+  warm-up ends (the authors' warm-up thaws them with the rest of the trunk), avg+max pooling,
+  kaiming embedder, and RandomResizedCrop(224, scale 0.08-1) from the whole image.
 * **Selection on test (the classic flaw, labelled)**: after every ``eval_every`` epochs the
   model is scored by MAP@R on the *test* classes; training stops after ``patience`` scores
   without strict improvement and the best-scoring epoch is the model reported. The record says

@@ -6,7 +6,10 @@ Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unch
 * ``model.pooling = "avg+max"``: the trunk's last feature map is pooled by the *sum* of global
   average and global max pooling (their BN-Inception: ``gap(x) + gmp(x)``);
 * ``model.embedder_init = "kaiming"``: embedder weights He-normal with fan-out, bias 0;
-* ``model.freeze_trunk_bn_affine``: BatchNorm γ/β do not train either (their ``bn_freeze``);
+* ``model.freeze_trunk_bn_affine``: BatchNorm γ/β do not train either (their ``bn_freeze``), until
+  a warm-up ends: their warm-up block sets ``requires_grad = True`` on every parameter outside the
+  embedder and the loss at epoch ``warm``, γ/β included, so γ/β train from the first epoch after
+  the warm-up (and never without a warm-up);
 * ``train.warmup_epochs``: the first epochs train only the embedder and the loss's parameters;
 * ``train.lr_decay_step`` / ``lr_decay_gamma``: every learning rate times gamma after each step of
   epochs (torch's StepLR, stepped after every epoch, as theirs);
@@ -88,8 +91,13 @@ class LoopControl:
         self.options = options
         self.model = model
         trunk = getattr(model, "trunk", None)
-        # Trunk parameters that train after the warm-up (BatchNorm γ/β frozen for good stay so).
-        self.trunk_params = [p for p in trunk.parameters() if p.requires_grad] if trunk is not None else []
+        # Trunk parameters that the warm-up freezes and thaws: all of them, BatchNorm γ/β frozen by
+        # model.freeze_trunk_bn_affine included, as the authors' warm-up block thaws every parameter
+        # outside the embedder and the loss at epoch `warm`. Without a warm-up nothing is touched,
+        # so frozen γ/β stay frozen (their block does not run with --warm 0).
+        self.trunk_params = (
+            list(trunk.parameters()) if trunk is not None and options.warmup_epochs > 0 else []
+        )
         self.schedulers = (
             [
                 torch.optim.lr_scheduler.StepLR(
@@ -102,7 +110,8 @@ class LoopControl:
         )
 
     def start_epoch(self, epoch: int) -> None:
-        """Freeze the trunk during the warm-up epochs (1-based ``epoch``), unfreeze it afterwards."""
+        """Freeze the trunk during the warm-up epochs (1-based ``epoch``), unfreeze all of it,
+        BatchNorm γ/β included, afterwards."""
         if self.options.warmup_epochs > 0:
             trains = epoch > self.options.warmup_epochs
             for param in self.trunk_params:
@@ -119,6 +128,6 @@ class LoopControl:
             scheduler.step()
 
     def finish(self) -> None:
-        """Leave the trunk trainable again (a fold may end inside the warm-up)."""
+        """Leave the trunk as after the warm-up, all trainable (a fold may end inside the warm-up)."""
         for param in self.trunk_params:
             param.requires_grad_(True)
