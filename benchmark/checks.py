@@ -7,7 +7,6 @@ line's own checks are, so ``api.run(seed=-1)`` and ``dmlbench run --seed -1`` sa
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -81,7 +80,8 @@ def check_optional_path(flag: str, value: object) -> Path | None:
 
 
 def check_overrides(value: object) -> dict[str, Any]:
-    """``--set`` overrides as a dict: a mapping of dotted string keys to TOML-like values."""
+    """``--set`` overrides as a dict: a mapping of dotted string keys to values (checked later, with
+    the config, as ``--set`` values are)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -93,8 +93,6 @@ def check_overrides(value: object) -> dict[str, Any]:
     for key, item in value.items():
         if not isinstance(key, str) or not key.strip():
             raise ConfigError(f"--set: a key must be a non-empty string like 'train.lr', got {key!r}.")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ConfigError(f"--set {key}={item!r}: the value must be finite.")
         out[key] = item
     return out
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from benchmark.checks import check_name
 from benchmark.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
@@ -322,14 +323,19 @@ def protocol_names(protocols_dir: Path | None = None) -> list[str]:
     return scan_protocols(protocols_dir)[0]
 
 
+def protocol_path(name: str, protocols_dir: Path | None = None) -> Path:
+    """``protocols/<name>.toml``; ``name`` must be a name (no ``/`` or ``..``: never a path elsewhere)."""
+    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
+    return (protocols_dir or PROTOCOLS_DIR) / f"{check_name('protocol', name)}.toml"
+
+
 def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str, Any]:
     """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config).
 
     Only this file is read (an invalid one is a ConfigError naming it and the TOML error); the
     others are read only to list the valid names when ``name`` is not a protocol.
     """
-    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
-    path = (protocols_dir or PROTOCOLS_DIR) / f"{name}.toml"
+    path = protocol_path(name, protocols_dir)
     data = _read_toml(path) if path.is_file() else {}
     if "protocol" not in data:
         raise UnknownNameError("protocol", name, protocol_names(protocols_dir))

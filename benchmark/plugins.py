@@ -51,6 +51,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from benchmark.checks import SAFE_NAME
 from benchmark.errors import ConfigError, DmlbenchError
 
 if TYPE_CHECKING:
@@ -347,8 +348,13 @@ def _register(kind: str, obj: object, shown: str, expected_name: str | None = No
             f"Plugin {shown!r} declares the {kind} {name!r}, which plugin {other.ref!r} "
             f"({other.describe()}) already registered; choose another name."
         )
-    if is_ref(name) or not name or name != name.strip():
-        raise ConfigError(f"Plugin {shown!r}: {kind} name {name!r} must be non-empty without ':' or spaces.")
+    if not SAFE_NAME.fullmatch(name) or ".." in name:
+        # The name becomes part of run-directory and record paths: it must stay one path component.
+        raise ConfigError(
+            f"Plugin {shown!r}: {kind} name {name!r} is not a valid name: it is used in file paths, so "
+            "it must be 1-100 of the characters A-Z a-z 0-9 _ - + . (not starting with '.', '-' or "
+            "'+', no '..')."
+        )
     registry.register(name, spec)
     return name
 

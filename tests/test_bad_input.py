@@ -35,6 +35,10 @@ CASES = {
         ["--loss", "mfcont", "--protocol", "mlcr"],
         ["Unknown protocol 'mlcr'", "Did you mean 'mlrc'", "Valid choices: "],
     ),
+    "protocol given as a path": (
+        ["--loss", "mfcont", "--protocol", "../../x"],
+        ["Invalid protocol name '../../x'", "used in file paths"],
+    ),
     "unknown budget": (
         ["--loss", "mfcont", "--budget", "minii"],
         ["Unknown budget 'minii'", "Did you mean 'mini'", "paper, mini, smoke"],
@@ -293,6 +297,43 @@ def test_one_broken_protocol_file_only_breaks_that_protocol(
     assert code == 2 and "Unknown loss 'mfcnt'" in err
     code, err = run_cli(["run", "--protocol", "mlcr", "--loss", "mfcont"], capsys)
     assert code == 2 and "Unknown protocol 'mlcr'. Did you mean 'mlrc'?" in err
+
+
+def test_a_protocol_file_of_unknown_kind_only_breaks_that_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import benchmark.config
+
+    for path in benchmark.config.PROTOCOLS_DIR.glob("*.toml"):
+        shutil.copy(path, tmp_path / path.name)
+    (tmp_path / "weird.toml").write_text("[protocol]\nname = 'weird'\n")
+    monkeypatch.setattr(benchmark.config, "PROTOCOLS_DIR", tmp_path)
+    out = ["--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "res")]
+    # mlrc resolves its whole config (every protocol's own keys are read) and stops at the next mistake.
+    code, err = run_cli(["run", "--loss", "mfcont", *out, "--set", "train.batch_size=0"], capsys)
+    assert code == 2 and "train.batch_size must be >= 1, got 0" in err, err
+    code, err = run_cli(["run", "--protocol", "weird", "--loss", "mfcont", *out], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"Protocol file {tmp_path / 'weird.toml'}: [protocol] name = 'weird' is not a protocol kind" in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--protocol", "../../x"], "Invalid protocol name '../../x'"),
+        (["--dataset", "../omniglot"], "Invalid dataset name '../omniglot'"),
+        (["--dataset", "omniglot", "--protocol", "/etc/x"], "Invalid protocol name '/etc/x'"),
+    ],
+)
+def test_report_refuses_paths_as_names(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A record outside --results-dir that a path name would reach.
+    outside = tmp_path / "x" / "records"
+    outside.mkdir(parents=True)
+    code, err = run_cli(["report", "--results-dir", str(tmp_path / "res" / "deep"), *flags], capsys)
+    assert code == 2 and message in err and "Traceback" not in err
 
 
 def test_a_validation_fold_without_positives_is_refused() -> None:

@@ -161,6 +161,13 @@ MALFORMED = {
         "X",
         "must be a SearchDim or (low, high)",
     ),
+    "a path as its name": (
+        LOSS_CLASS.format(cls="X", name="../../evil"),
+        "X",
+        "'../../evil' is not a valid name",
+    ),
+    "a slash in its name": (LOSS_CLASS.format(cls="X", name="a/b"), "X", "'a/b' is not a valid name"),
+    "a NUL in its name": (LOSS_CLASS.format(cls="X", name="a\0b"), "X", "'a\\x00b' is not a valid name"),
     "not a module": (
         LOSS_CLASS.format(cls="X", name="x7").replace("class X(nn.Module)", "class X"),
         "X",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmark.checks import check_name
 from benchmark.errors import DmlbenchError
 from benchmark.report.leaderboard import available_runs, load_leaderboard
 from benchmark.report.tables import FORMATS, render_leaderboard
@@ -73,7 +74,9 @@ def resolve_dataset(results_dir: Path, dataset: str | None, protocol: str) -> st
 
 
 def handle(args: argparse.Namespace) -> int:
-    dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
+    # Names, never paths: joined to --results-dir they must stay inside it.
+    check_name("protocol", args.protocol)
+    dataset = check_name("dataset", resolve_dataset(args.results_dir, args.dataset, args.protocol))
     # One leaderboard object: the table, the published section and the plots all render it.
     lb = load_leaderboard(
         args.results_dir, dataset, args.protocol, budget=args.budget, metrics=split_names(args.metrics)

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import RunConfig, load_protocol_file, protocol_kind
+from benchmark.config import RunConfig, load_protocol_file
 from benchmark.data import DATASETS
 from benchmark.errors import ConfigError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.specs import trunk_spec
-from benchmark.protocol.specs import budget_overrides, resolve_run_config
+from benchmark.protocol.specs import file_protocol_spec, resolve_run_config
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
 
@@ -123,7 +123,9 @@ def request_layers(req: RunRequest) -> tuple[dict[str, Any], Mapping[str, Any], 
     if req.sampler is not None:
         user["search.sampler"] = req.sampler
     protocol_data = load_protocol_file(req.protocol)
-    return protocol_data, budget_overrides(req.budget, protocol_kind(protocol_data)), user
+    # The file's kind, looked up by file: an unknown kind is an error naming this file.
+    budget = file_protocol_spec(req.protocol).overrides_for(req.budget, BUDGETS.get(req.budget).overrides)
+    return protocol_data, budget, user
 
 
 def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:

@@ -26,10 +26,11 @@ from benchmark.config import (
     flatten,
     load_protocol_file,
     protocol_kind,
+    protocol_path,
     resolve_config,
     scan_protocols,
 )
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.lazy import LazyCallable
 from benchmark.registry import Registry
 
@@ -79,11 +80,33 @@ def protocol_spec(kind: str) -> ProtocolSpec:
     return PROTOCOLS.get(kind)
 
 
+def file_protocol_spec(name: str) -> ProtocolSpec:
+    """The declaration of the kind of ``protocols/<name>.toml``; an unknown kind names the file."""
+    kind = protocol_kind(load_protocol_file(name))
+    try:
+        return protocol_spec(kind)
+    except UnknownNameError as exc:
+        raise ConfigError(
+            f"Protocol file {protocol_path(name)}: [protocol] name = {kind!r} is not a protocol kind "
+            f"(known kinds: {', '.join(exc.choices) or 'none'}). Fix or remove that file."
+        ) from exc
+
+
 def protocol_specs() -> list[ProtocolSpec]:
-    """The declarations of every readable protocol file's kind, in file-name order, each once."""
+    """The declarations of every usable protocol file's kind, in file-name order, each once.
+
+    A file whose kind is unknown (or whose plugin fails to import) is left out: it must not stop
+    runs of the other protocols; running it reports its error, naming the file.
+    """
     names, _ = scan_protocols()
-    kinds = dict.fromkeys(protocol_kind(load_protocol_file(n)) for n in names)
-    return [protocol_spec(k) for k in kinds]
+    specs: dict[str, ProtocolSpec] = {}
+    for name in names:
+        try:
+            spec = file_protocol_spec(name)
+        except ConfigError:
+            continue
+        specs.setdefault(spec.name, spec)
+    return list(specs.values())
 
 
 def budget_overrides(budget: str, kind: str) -> Mapping[str, Any]:
