@@ -48,10 +48,13 @@ def test_half_split_needs_four_classes() -> None:
 
 
 def test_param_lr_proxies_and_mean_fields() -> None:
-    assert traditional_param_lr("proxyanchor", True) == 1e-2
-    assert traditional_param_lr("mfcont", True) == 2e-1
-    assert traditional_param_lr("mfcwms", True) == 2e-1
-    assert traditional_param_lr("contrastive", False) is None
+    # The paper's values at its lr 1e-4, and the authors' SOP/InShop mean fields at 6e-4 (1.2).
+    assert traditional_param_lr("proxyanchor", True, 1e-4) == 1e-2
+    assert traditional_param_lr("mfcont", True, 1e-4) == 2e-1
+    assert traditional_param_lr("mfcwms", True, 1e-4) == 2e-1
+    assert traditional_param_lr("mfcwms", True, 6e-4) == 1.2
+    assert traditional_param_lr("proxyanchor", True, 6e-4) == 0.06  # not 0.06000000000000001
+    assert traditional_param_lr("contrastive", False, 1e-4) is None
 
 
 def test_iterations_per_epoch_zero_means_one_pass() -> None:
