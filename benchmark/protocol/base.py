@@ -35,6 +35,7 @@ from benchmark.losses import LOSSES, LossSpec, SearchDim
 from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
+from benchmark.protocol import run_lock
 from benchmark.protocol.device import pick_device
 from benchmark.protocol.environment import code_identity
 from benchmark.protocol.progress import Progress, Stopwatch
@@ -43,6 +44,7 @@ from benchmark.protocol.request import RunRequest, check_request, dataset_paper_
 from benchmark.protocol.run_data import AUGMENTS
 from benchmark.protocol.specs import resolve_run_config
 from benchmark.protocol.train import StepCallback
+from benchmark.search.storage import is_database_url
 
 RECORD_SCHEMA = "dmlbench.run/1"
 
@@ -162,6 +164,10 @@ class ProtocolRun:
         }
         name = f"{req.loss}-{req.budget}-seed{req.seed}-{config_hash(c)}"
         self.run_dir = req.out / c.data.dataset / req.protocol / name
+        if req.worker_id is None and not is_database_url(req.storage):
+            # One owner at a time (--workers processes work under their parent's lock; with a
+            # database the study's heartbeats arbitrate): a second process stops here, at once.
+            self._lock = run_lock.acquire(self.run_dir)
         ident_path = self.run_dir / "run.json"
         if ident_path.exists():
             existing = read_json(ident_path)
@@ -274,10 +280,19 @@ class ProtocolRun:
         with self.watch.time("data"):
             self.load_data()
             self.split()
-        self.prepare_run_dir()
-        for d in self.deviations:
-            self.progress.message(f"deviation from paper: {d.describe()}")
-        self.execute()
-        self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
-        self.write_record()
+        try:
+            self.prepare_run_dir()
+            for d in self.deviations:
+                self.progress.message(f"deviation from paper: {d.describe()}")
+            self.execute()
+            self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
+            self.write_record()
+        finally:
+            self.release_run_dir()
         return RunResult(self.record_path, self.run_dir, [], self.record)
+
+    def release_run_dir(self) -> None:
+        """Give up this run's ownership of its run directory (see :mod:`benchmark.protocol.run_lock`)."""
+        lock = self.__dict__.pop("_lock", None)
+        if lock is not None:
+            run_lock.release(lock)
