@@ -20,11 +20,31 @@ from benchmark.protocol.progress import Progress
 from benchmark.protocol.train import train_with_loss
 
 
+def test_a_log_gets_milestones_and_a_heartbeat_not_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a terminal: epoch lines are dropped between milestones, unless a heartbeat is due."""
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    p = Progress(10, stream=stream)
+    p.status("search trial 1/10: fold 1/4 done", milestone=True)
+    for epoch in range(1, 30):
+        p.status(f"search trial 1/10 fold 2/4 epoch {epoch}")
+        clock[0] += 1.0
+    clock[0] += progress_module.HEARTBEAT_LOG_S
+    p.status("search trial 1/10 fold 2/4 epoch 31")  # a minute of silence: shown as a heartbeat
+    p.status("search trial 1/10 done", persistent=True)
+    assert [line.split(" | ")[0] for line in stream.getvalue().splitlines()] == [
+        "search trial 1/10: fold 1/4 done",
+        "search trial 1/10 fold 2/4 epoch 31",
+        "search trial 1/10 done",
+    ]
+
+
 def test_heartbeat_waits_for_a_quiet_spell(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()  # not a terminal: every shown status is a line of its own
     p = Progress(10, stream=stream)
     p.heartbeat("first")  # nothing shown yet: shown
-    p.status("epoch 2 val MAP@R 0.5")
+    p.status("epoch 2 val MAP@R 0.5", milestone=True)
     p.heartbeat("step 3/100")  # right after a status: suppressed
     p.message("a stage header")
     p.heartbeat("step 4/100")  # right after a message: suppressed

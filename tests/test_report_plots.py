@@ -18,7 +18,13 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from benchmark.cli import report_cmd
 from benchmark.report import figure_files
 from benchmark.report.figure_files import save_figure, save_figures
-from benchmark.report.plots import importance_target_quantile, param_importances, training_wall_s, write_plots
+from benchmark.report.plots import (
+    MIN_IMPORTANCE_TRIALS,
+    importance_target_quantile,
+    param_importances,
+    training_wall_s,
+    write_plots,
+)
 from benchmark.stats.intervals import t_interval
 
 MLRC = ["map_at_r", "precision_at_1", "r_precision"]
@@ -81,8 +87,12 @@ def plotted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Two losses (one with too few trials for importance), plotted once through ``report --plots``."""
     root = tmp_path_factory.mktemp("results")
     rng = random.Random(0)
-    many = [trial(i, rng.random(), 10 ** rng.uniform(-6, 0), rng.random() * 0.5) for i in range(6)]
-    many += [trial(6, 0.5, 1e-3, None, "FAIL"), trial(7, 0.4, 1e-2, None, "PRUNED")]
+    many = [
+        trial(i, rng.random(), 10 ** rng.uniform(-6, 0), rng.random() * 0.5)
+        for i in range(MIN_IMPORTANCE_TRIALS)
+    ]
+    n = MIN_IMPORTANCE_TRIALS
+    many += [trial(n, 0.5, 1e-3, None, "FAIL"), trial(n + 1, 0.4, 1e-2, None, "PRUNED")]
     few = [trial(i, rng.random(), 10 ** rng.uniform(-6, 0), rng.random() * 0.3) for i in range(3)]
     folder = root / "glyphs" / "mlrc" / "records"
     folder.mkdir(parents=True)
@@ -144,10 +154,13 @@ def test_save_figure_keeps_the_layout_engine(tmp_path: Path) -> None:
 
 def test_too_few_trials_noted(plotted: tuple[Path, str]) -> None:
     root, messages = plotted
-    note = "importance-mini: arcface skipped: 3 complete trials (PED-ANOVA here needs at least 5)."
+    note = (
+        "importance-mini: arcface skipped: 3 complete trials "
+        f"(PED-ANOVA here needs at least {MIN_IMPORTANCE_TRIALS})."
+    )
     assert note in messages
     readme = (root / "glyphs" / "mlrc" / "plots" / "README.md").read_text()
-    assert note in readme and "timings_s.search + timings_s.test" in readme
+    assert note in readme and "fold epochs (search + test stages)" in readme
 
 
 def test_no_records_no_plots(tmp_path: Path) -> None:
@@ -178,3 +191,45 @@ def test_importance_skips_and_quantile() -> None:
     assert importance_target_quantile(5) == 0.4
     assert training_wall_s(record) == 210.0
     assert training_wall_s({"timings_s": {"search": 1.0}}) is None
+
+
+def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
+    """Rendered from the repository's own records (21 losses): the text artists' bounding boxes
+    are pairwise disjoint, and only the Pareto front is labelled."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from benchmark.report.leaderboard import load_records
+    from benchmark.report.plots import plot_wall_time
+
+    results = Path(__file__).resolve().parent.parent / "results"
+    for dataset in ("glyphs", "omniglot"):
+        fig = plot_wall_time(load_records(results, dataset, "mlrc"), "map_at_r", "mini", lambda _: None)
+        assert fig is not None
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        (ax,) = fig.axes
+        texts = [t for t in ax.texts if t.get_text()]
+        assert texts, "the Pareto front is labelled"
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for i in range(len(boxes)):
+            for j in range(i):
+                assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+        assert "fold epochs" in ax.get_xlabel()
+
+
+def test_pareto_front_by_hand() -> None:
+    from benchmark.report.plots import pareto_front
+
+    # (cost, value): 0 dominates 1 (cheaper and better); 2 is dearer but the best; 3 equals 0.
+    assert pareto_front([(1.0, 5.0), (2.0, 4.0), (3.0, 9.0), (1.0, 5.0)]) == [0, 2, 3]
+
+
+def test_history_panels_share_one_y_scale(plotted: tuple[Path, str]) -> None:
+    from benchmark.report.leaderboard import load_records
+    from benchmark.report.plots import plot_history
+
+    root, _ = plotted
+    fig = plot_history(load_records(root, "glyphs", "mlrc"), "mini")
+    limits = {tuple(ax.get_ylim()) for ax in fig.axes if ax.has_data()}
+    assert len(limits) == 1

@@ -237,7 +237,9 @@ class MLRCRun(ProtocolRun):
             kill_point(f"test.fold_saved:{r}:{f}")
             embs[r][f], infos[r][f] = outcome.test_embeddings, outcome.result.to_dict()
             self.progress.fold_finished(outcome.result.wall_s)
-            self.progress.status(f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done")
+            self.progress.status(
+                f"test rep {r + 1}/{c.test.reps}: fold {f + 1}/{n_folds} done", milestone=True
+            )
             if len(embs[r]) == n_folds:
                 yield r, self._rep_result(r, embs[r], infos[r])
 

@@ -1,7 +1,8 @@
 """Progress display for long runs: stage, trial i/N, fold, epoch, best so far, ETA.
 
-On a terminal one status line is rewritten in place; otherwise (logs, CI) each update of
-interest becomes its own line so the output stays readable.
+On a terminal one status line is rewritten in place; otherwise (logs, CI) the log stays compact:
+a line per finished fold and trial (``milestone``/``persistent`` updates) and, between them, at
+most one other status line per :data:`HEARTBEAT_LOG_S` as a heartbeat.
 """
 
 from __future__ import annotations
@@ -53,9 +54,14 @@ class Progress:
         mean = sum(self._fold_times) / len(self._fold_times)
         return format_duration(mean * max(0, self.total - self.done) / self.parallel)
 
-    def status(self, text: str, *, persistent: bool = False) -> None:
-        """Show ``text`` with the ETA; ``persistent`` lines are kept on a terminal too."""
+    def status(self, text: str, *, persistent: bool = False, milestone: bool = False) -> None:
+        """Show ``text`` with the ETA; ``persistent`` lines are kept on a terminal too. In a log,
+        only ``persistent`` and ``milestone`` lines (a fold or trial finished) are always written;
+        the others (epochs, steps) at most once per :data:`HEARTBEAT_LOG_S`."""
         if self.quiet:
+            return
+        quiet_spell = time.monotonic() - self._last_write >= HEARTBEAT_LOG_S
+        if not self.tty and not (persistent or milestone or quiet_spell):
             return
         line = f"{text} | ETA {self.eta()}"
         if self.tty:

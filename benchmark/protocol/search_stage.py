@@ -184,7 +184,9 @@ class SearchStage:
         self.best = best_trial(study)
         self.best_params = {**self.loss_defaults, **self.fixed_params, **self.best.params}
         self.progress.message(
-            f"search: best trial #{self.best.number} mean val MAP@R {self.best.value:.4f} "
+            # Trials are shown 1-based everywhere (progress "trial 3/10", plots); the record keeps
+            # Optuna's 0-based number.
+            f"search: best trial #{self.best.number + 1} mean val MAP@R {self.best.value:.4f} "
             f"params {_fmt_params(self.best.params)}"
         )
 
@@ -292,7 +294,8 @@ class SearchStage:
     def _run_trials(self, study: optuna.Study, batch: Sequence[tuple[optuna.Trial, int]], n: int) -> None:
         """Train the folds of ``batch``'s trials in one pool; tell each trial as its folds finish."""
         n_folds = self.n_folds
-        best_so_far = self._best_so_far(study)
+        # Refreshed after every told trial, so epoch lines agree with the trial-done lines.
+        best_so_far = [self._best_so_far(study)]
         trials = {trial.number: (trial, i) for trial, i in batch}
         tasks = []
         for trial, _ in batch:
@@ -310,7 +313,7 @@ class SearchStage:
             def cb(epoch: int, val_map: float, best: float) -> None:
                 self.progress.status(
                     f"search trial {i}/{n} fold {task.fold + 1}/{n_folds} epoch {epoch} "
-                    f"val MAP@R {val_map:.4f} | best trial so far {best_so_far}"
+                    f"val MAP@R {val_map:.4f} | best trial so far {best_so_far[0]}"
                 )
 
             return cb
@@ -335,12 +338,14 @@ class SearchStage:
                 self.progress.fold_finished(outcome.result.wall_s)
                 self.progress.status(
                     f"search trial {i}/{n}: fold {fold + 1}/{n_folds} done, "
-                    f"best val MAP@R {outcome.result.best_val:.4f} | best trial so far {best_so_far}"
+                    f"best val MAP@R {outcome.result.best_val:.4f} | best trial so far {best_so_far[0]}",
+                    milestone=True,
                 )
             if finished[number] == n_folds:
                 # A pooled trial's wall time runs from the pool's start to its last fold.
                 wall_s = time.perf_counter() - t0
                 self._tell(study, trial, i, n, results[number], failures.get(number), wall_s)
+                best_so_far[0] = self._best_so_far(study)
 
     def _tell(
         self,

@@ -38,6 +38,7 @@ from matplotlib.ticker import MaxNLocator
 from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
+from benchmark.protocol.convergence import stage_fold_stats
 from benchmark.records import RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
 from benchmark.report.figure_files import save_figures
 from benchmark.report.leaderboard import (
@@ -53,7 +54,10 @@ from benchmark.report.leaderboard import (
     record_modes,
 )
 
-MIN_IMPORTANCE_TRIALS = 5
+# PED-ANOVA compares the top 10% of the trials with all of them: below 20 complete trials that top
+# is fewer than 2 trials, and the bars are noise with no uncertainty shown, so none are drawn
+# (the `mini` budget's 10 trials get none; `paper`'s 50 do).
+MIN_IMPORTANCE_TRIALS = 20
 OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
 Log = Callable[[str], None]
 _UMASK = os.umask(0)
@@ -64,11 +68,16 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _grid(n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3) -> tuple[Figure, list[Axes]]:
+def _grid(
+    n: int, width: float = 4.2, height: float = 3.2, max_cols: int = 3, sharey: bool = False
+) -> tuple[Figure, list[Axes]]:
+    """n panels; ``sharey``: one y scale for all (so a flat panel does not look dramatic)."""
     cols = min(n, max_cols)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(max(width * cols, 7.0), height * rows), layout="constrained")
-    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+    axes: list[Axes] = []
+    for i in range(n):
+        axes.append(fig.add_subplot(rows, cols, i + 1, sharey=axes[0] if sharey and axes else None))
     return fig, axes
 
 
@@ -96,7 +105,7 @@ def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: 
     untrained_row = next(r for r in rows if r.loss == UNTRAINED)
     rows = [r for r in rows if r.loss != UNTRAINED]
     n = len(rows)
-    fig = Figure(figsize=(5 * len(modes), len(metrics) * (0.32 * n + 1.3)), layout="constrained")
+    fig = Figure(figsize=(5 * len(modes), len(metrics) * (0.2 * n + 1.1)), layout="constrained")
     y = np.arange(n)
     labels = [r.name + (f" ({len(r.seeds)} seeds)" if len(r.seeds) > 1 else "") for r in rows]
     for i, m in enumerate(metrics):
@@ -119,8 +128,9 @@ def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: 
             ax.set_title(f"{titles.get(mode, mode)}: {spec.display_name}", fontsize="medium")
             ax.grid(axis="x", alpha=0.3)
     fig.suptitle(
-        f"Test metrics, mean ± 95% interval (budget {budget}); one-seed rows: over training seeds, "
-        "rows with k seeds: over search and training seeds"
+        f"Test metrics, mean ± 95% interval (budget {budget})\none-seed rows: over training seeds; "
+        "rows with k seeds: over search and training seeds",
+        fontsize="medium",
     )
     return fig
 
@@ -131,7 +141,7 @@ def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: 
 def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
     """Objective per trial, best-so-far line, best trial starred, failed/pruned trials marked."""
     chosen = latest_per_loss(records)
-    fig, axes = _grid(len(chosen))
+    fig, axes = _grid(len(chosen), sharey=True)
     for ax, r in zip(axes, chosen, strict=True):
         search = _searched(r)
         trials = sorted(search.trials, key=lambda t: _number(t))
@@ -141,7 +151,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
             sel = [t for t in done if (t.origin == "sobol") == (origin == "sobol")]
             if sel:
                 ax.errorbar(
-                    [_number(t) for t in sel],
+                    [_number(t) + 1 for t in sel],
                     [_value(t) for t in sel],
                     yerr=[t.fold_sem if t.fold_sem is not None else 0.0 for t in sel],
                     fmt=marker,
@@ -151,7 +161,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
                     label=label,
                 )
         if done:
-            xs = [_number(t) for t in done]
+            xs = [_number(t) + 1 for t in done]
             ax.step(
                 xs,
                 np.maximum.accumulate(values),
@@ -162,18 +172,18 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
             )
             best = max(done, key=lambda t: (_value(t), -_number(t)))
             ax.plot(
-                [_number(best)],
+                [_number(best) + 1],
                 [_value(best)],
                 marker="*",
                 markersize=13,
                 color="gold",
                 markeredgecolor="black",
                 linestyle="none",
-                label=f"best (#{_number(best)})",
+                label=f"best (#{_number(best) + 1})",
             )
         bottom = min(values) if values else 0.0
         for state, marker, color in (("FAIL", "x", "tab:red"), ("PRUNED", "v", "tab:grey")):
-            bad = [_number(t) for t in trials if t.state == state]
+            bad = [_number(t) + 1 for t in trials if t.state == state]
             if bad:
                 ax.plot(
                     bad,
@@ -185,7 +195,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
                     label=state.lower(),
                 )
         ax.set_title(f"{_name(r)}: {len(done)}/{search.n_trials} complete", fontsize="medium")
-        ax.set_xlabel("trial")
+        ax.set_xlabel("trial (1-based, as the progress display counts)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
         ax.grid(alpha=0.3)
@@ -243,7 +253,7 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
                     color=line.get_color(),
                 )
         ax.set_title(
-            f"{_name(r)}: trial #{_number(best)} (objective {100 * _value(best):.2f}%)",
+            f"{_name(r)}: trial #{_number(best) + 1} (objective {100 * _value(best):.2f}%)",
             fontsize="medium",
         )
         ax.set_xlabel("epoch")
@@ -273,45 +283,94 @@ def training_wall_s(record: RunRecord | Mapping[str, Any]) -> float | None:
     return float(timings["search"]) + float(timings["test"])
 
 
+def fold_epochs(record: RunRecord) -> int | None:
+    """All fold epochs of a record (search and test stages): its cost in a unit that does not
+    depend on the machine or its load (None when it stores no fold results)."""
+    stats = stage_fold_stats(record.document)
+    total = sum(int(v["epochs"]) for v in stats.values())
+    return total or None
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both cost (lower x) and value (higher y)."""
+    out = []
+    for i, (x, y) in enumerate(points):
+        if not any(
+            (x2 <= x and y2 >= y) and (x2 < x or y2 > y) for j, (x2, y2) in enumerate(points) if j != i
+        ):
+            out.append(i)
+    return out
+
+
+def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> None:
+    """Move annotation labels down until no two bounding boxes overlap (rendered with Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    for _ in range(max_rounds):
+        canvas.draw()  # type: ignore[no-untyped-call]
+        renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        moved = False
+        for i in range(len(texts)):
+            for j in range(i):
+                if boxes[i].overlaps(boxes[j]):
+                    x, y = texts[i].xyann
+                    texts[i].xyann = (x, y - 1.1 * boxes[i].height * 72.0 / fig.dpi)
+                    moved = True
+                    break
+            if moved:
+                break
+        if not moved:
+            return
+
+
 def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log: Log) -> Figure | None:
-    """Test ``metric`` (mean ± CI, both modes) against search + test wall time per loss."""
+    """Test ``metric`` (mean ± CI, both modes) against the fold epochs each loss trained (search +
+    test stages): a cost that does not depend on the host or its load, unlike wall time. Only
+    the losses on the separated mode's Pareto front are labelled, and labels never overlap."""
     chosen = []
     for r in latest_per_loss(records):
-        wall = training_wall_s(r)
-        if wall is None:
-            log(f"wall_time-{budget}: {r.loss} has no search/test timings; skipped.")
+        epochs = fold_epochs(r)
+        if epochs is None:
+            log(f"wall_time-{budget}: {r.loss} has no fold results; skipped.")
             continue
-        chosen.append((r, wall))
+        chosen.append((r, epochs))
     if not chosen:
         return None
-    walls = np.array([w for _, w in chosen])
-    unit, scale = (
-        ("h", 3600.0) if walls.max() >= 7200 else ("min", 60.0) if walls.max() >= 120 else ("s", 1.0)
-    )
+    xs = np.array([float(e) for _, e in chosen])
     spec = METRICS.get(metric)
     titles = mode_titles([r for r, _ in chosen])
     fig = Figure(figsize=(7, 5), layout="constrained")
     ax = fig.add_subplot()
-    for (mode, _), marker in zip(MODES, ("o", "s"), strict=True):
+    texts = []
+    for k, ((mode, _), marker) in enumerate(zip(MODES, ("o", "s"), strict=True)):
         means = [100 * nan_if_none(r.test.summary[mode][metric].mean) for r, _ in chosen]
         hws = [100 * nan_if_none(r.test.summary[mode][metric].half_width) for r, _ in chosen]
-        ax.errorbar(walls / scale, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
-        for (r, _), x, yv in zip(chosen, walls / scale, means, strict=True):
-            right = x > 0.6 * float(walls.max()) / scale  # label leftwards near the right edge
-            ax.annotate(
-                _name(r),
-                (x, yv),
-                textcoords="offset points",
-                xytext=(-5, 4) if right else (5, 4),
-                ha="right" if right else "left",
-                fontsize="x-small",
-            )
-    ax.set_xlim(0, 1.1 * float(walls.max()) / scale)
-    ax.set_xlabel(f"training wall time: search + test stages ({unit})")
+        ax.errorbar(xs, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
+        if k == 0:
+            for i in pareto_front(list(zip(xs.tolist(), means, strict=True))):
+                texts.append(
+                    ax.annotate(
+                        _name(chosen[i][0]),
+                        (xs[i], means[i]),
+                        textcoords="offset points",
+                        xytext=(6, -3),
+                        ha="left",
+                        fontsize="x-small",
+                    )
+                )
+    ax.set_xlim(0, 1.15 * float(xs.max()))
+    ax.set_xlabel("cost: fold epochs trained (search + test stages; independent of the host)")
     ax.set_ylabel(f"test {spec.display_name} (%)")
-    ax.set_title(f"Test {spec.display_name} vs wall time (budget {budget})", fontsize="medium")
+    ax.set_title(
+        f"Test {spec.display_name} vs training cost (budget {budget}); labelled: the separated "
+        "mode's Pareto front",
+        fontsize="small",
+    )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="lower right")
+    separate_labels(fig, texts)
     return fig
 
 
@@ -408,16 +467,19 @@ _README = """# Plots of `{dataset}`, protocol `{protocol}`
 Generated by `dmlbench` from the run records (newest record per loss and budget); do not edit.
 Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
 
-- `metrics-*`: test metrics, mean ± 95% t-interval over repetitions, separated and concatenated
-  embeddings; dashed line = untrained model.
+- `metrics-*`: test metrics per leaderboard row (seeds folded, sorted as the table), mean ± 95%
+  interval (one-seed rows: over training seeds; multi-seed rows: over search and training seeds),
+  separated and concatenated embeddings; dashed line = untrained model.
 - `history-*`: search objective (mean over folds of the best validation MAP@R, ± fold standard
-  error) per trial; squares = quasi-random start, circles = sampler, line = best so far,
-  star = best trial, red x = failed, grey triangle = pruned.
+  error) per trial, one y scale for every panel; squares = quasi-random start, circles = sampler,
+  line = best so far, star = best trial, red x = failed, grey triangle = pruned.
 - `val_curves-*`: validation MAP@R per epoch for each fold of the best trial.
-- `wall_time-*`: test MAP@R against training wall time, defined as the record's
-  `timings_s.search + timings_s.test` (wall clock; a resumed run counts only its last invocation).
+- `wall_time-*`: test MAP@R against training cost in fold epochs (search + test stages), a unit
+  that does not depend on the host or its load; the losses on the separated mode's Pareto front
+  are labelled.
 - `importance-*`: Optuna PED-ANOVA hyperparameter importance from the complete search trials
-  (top quantile 10%, or 2/n for fewer than 20 trials); needs at least {min_trials} complete trials.
+  (top quantile 10%); drawn only for losses with at least {min_trials} complete trials (below
+  that the top 10% is fewer than 2 trials).
 """
 
 
