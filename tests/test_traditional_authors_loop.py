@@ -8,10 +8,12 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from cli_helpers import dmlbench
-from test_paper_settings import make_sop_tree
+from PIL import Image
+from test_paper_settings import _pixels, make_sop_tree
 
 from benchmark.config import (
     RunConfig,
@@ -154,8 +156,6 @@ def test_step_decay_and_value_clipping() -> None:
 def _data(n_classes: int = 4, per_class: int = 8) -> ImageDataset:
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (n_classes * per_class, 3, 16, 16), dtype=torch.uint8, generator=gen)
-    import numpy as np
-
     return ImageDataset("toy", images, np.repeat(np.arange(n_classes, dtype=np.int64), per_class))
 
 
@@ -301,3 +301,81 @@ def test_smoke_run_on_sop_layout_states_what_the_budget_changes(tmp_path: Path) 
         load_protocol_file("traditional"), smoke, {"data.dataset": "sop"}, dataset_paper_settings
     )
     assert {d.key for d in deviations(config, paper)} >= {"protocol.train_classes", "train.warmup_epochs"}
+
+
+def make_inshop_tree(root: Path, n_train: int = 24, n_test: int = 12) -> Path:
+    """In-shop Clothes Retrieval Benchmark: Eval/list_eval_partition.txt and Img/img/..., with
+    ``n_train`` training items (4 images each) and ``n_test`` items split into 2 query and 3
+    gallery images each; item ids of both kinds interleave, as in the real file."""
+    shop = root / "In-shop Clothes Retrieval Benchmark"
+    rng = np.random.default_rng(3)
+    rows: list[tuple[str, str, str]] = []
+    kinds = ["train"] * n_train + ["test"] * n_test
+    for item, kind in enumerate(rng.permutation(kinds).tolist(), start=1):
+        base = rng.integers(0, 255, 3)
+        statuses = ["train"] * 4 if kind == "train" else ["query"] * 2 + ["gallery"] * 3
+        for k, status in enumerate(statuses):
+            rel = f"img/WOMEN/Dresses/id_{item:08d}/{k + 1:02d}_{k + 1}_front.jpg"
+            (shop / "Img" / rel).parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(_pixels(rng, base)).save(shop / "Img" / rel, format="JPEG")
+            rows.append((rel, f"id_{item:08d}", status))
+    lines = [str(len(rows)), "image_name item_id evaluation_status"]
+    lines += [f"{rel:<60}{item:<16}{status}" for rel, item, status in rows]
+    (shop / "Eval").mkdir(parents=True)
+    (shop / "Eval" / "list_eval_partition.txt").write_text("\n".join(lines) + "\n")
+    return shop
+
+
+def test_query_gallery_metrics_by_hand() -> None:
+    """Queries rank the gallery only (nothing excluded); R = the query's gallery images."""
+    gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.7, 0.7]], dtype=np.float32)
+    gallery_labels = np.array([0, 1, 1, 0, 2])
+    queries = np.array([[1.0, 0.05], [0.05, 1.0], [0.5, 0.5]], dtype=np.float32)
+    query_labels = np.array([0, 1, 3])  # class 3 has no gallery image: left out
+    from benchmark.metrics import evaluate_query_gallery
+
+    got = evaluate_query_gallery(
+        queries, query_labels, gallery, gallery_labels, "cosine", ["map_at_r", "recall_at_1", "recall_at_2"]
+    )
+    # Query 0 (class 0, R = 2) ranks gallery 0, 1, 4, 3, 2: hits at 1 -> MAP@R (1/1) / 2 = 0.5.
+    # Query 1 (class 1, R = 2) ranks gallery 2, 3, 4, 1, 0: hit at 1 -> 0.5; R@1 1, R@2 1.
+    assert got["map_at_r"] == pytest.approx(0.5)
+    assert got["recall_at_1"] == pytest.approx(1.0) and got["recall_at_2"] == pytest.approx(1.0)
+    # The same embeddings pooled (query = gallery) score differently: the split matters.
+    from benchmark.metrics import evaluate
+
+    pooled = evaluate(
+        np.concatenate([queries, gallery]),
+        np.concatenate([query_labels, gallery_labels]),
+        "cosine",
+        ["map_at_r"],
+    )
+    assert pooled["map_at_r"] != pytest.approx(got["map_at_r"])
+    with pytest.raises(ValueError, match="nmi"):
+        evaluate_query_gallery(queries, query_labels, gallery, gallery_labels, "cosine", ["nmi"])
+
+
+@pytest.mark.slow
+def test_inshop_runs_traditional_with_query_gallery_retrieval(tmp_path: Path) -> None:
+    shop = make_inshop_tree(tmp_path / "data")
+    args = ["run", "--protocol", "traditional", "--loss", "mfcwms", "--budget", "smoke", "--quiet"]
+    args += ["--dataset", "inshop", "--data-dir", str(shop), "--out", str(tmp_path / "runs")]
+    args += ["--results-dir", str(tmp_path / "results")]
+    proc = dmlbench(*args, cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = (tmp_path / "results" / "inshop" / "traditional" / "records").glob("*.json")
+    rec = json.loads(record.read_text())
+    data = rec["data"]
+    assert data["split"] == "official inshop train / query / gallery partitions (list_eval_partition.txt)"
+    assert data["retrieval"] == "query -> gallery"
+    assert (data["n_train_classes"], data["n_test_classes"]) == (24, 12)
+    assert (data["n_train_images"], data["n_query_images"], data["n_gallery_images"]) == (96, 24, 36)
+    # The authors' InShop command: lr 6e-4 (mean fields 1.2), decay 20 by 0.25, BatchNorm training.
+    assert rec["config"]["train"]["lr"] == 6e-4 and rec["config"]["train"]["lr_decay_gamma"] == 0.25
+    assert rec["config"]["model"]["freeze_trunk_bn"] is False
+    assert {d["key"] for d in rec["deviations"]}.isdisjoint({"train.lr", "model.freeze_trunk_bn"})
+    for rep in rec["test"]["rep_details"]:
+        assert 0.0 <= rep["scores"]["test"]["map_at_r"] <= 1.0
+    # A class cut cannot be combined with the official partitions.
+    bad = dmlbench(*args, "--set", "protocol.train_classes=10", cache=tmp_path / "cache")
+    assert bad.returncode != 0 and "official train/query/gallery partitions" in bad.stderr

@@ -1,7 +1,7 @@
 """Retrieval and clustering metrics (§4): exact kNN, per-query metrics, the registry, evaluate()."""
 
 from benchmark.metrics.knn import SPACES, Space, knn, knn_batches
-from benchmark.metrics.registry import METRICS, MLRC_METRICS, MetricSpec, evaluate
+from benchmark.metrics.registry import METRICS, MLRC_METRICS, MetricSpec, evaluate, evaluate_query_gallery
 from benchmark.metrics.retrieval import map_at_r, num_relevant, precision_at_1, r_precision
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "MetricSpec",
     "Space",
     "evaluate",
+    "evaluate_query_gallery",
     "knn",
     "knn_batches",
     "map_at_r",

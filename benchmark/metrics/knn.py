@@ -230,3 +230,43 @@ def knn(embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048
     for start, block in knn_batches(x, k, space, query_batch=query_batch):
         out[start : start + len(block)] = block
     return out
+
+
+def knn_gallery_batches(
+    queries: np.ndarray, gallery: np.ndarray, k: int, space: Space, *, query_batch: int = 2048
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(start, neighbours)``: the k nearest *gallery* rows of each block of ``queries``.
+
+    For a query set separate from the gallery (In-Shop's query → gallery retrieval), so nothing
+    is excluded. ``neighbours`` is int64 (block size, k') of gallery indices with k' = min(k,
+    gallery size), best first; ties rank the smaller gallery index first, as in :func:`knn`.
+    """
+    check_space(space)
+    if k < 0:
+        raise ValueError(f"k must be >= 0; got {k}.")
+    if query_batch < 1:
+        raise ValueError(f"query_batch must be >= 1; got {query_batch}.")
+    q = as_float32_matrix(queries)
+    g = as_float32_matrix(gallery)
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(
+            f"queries have {q.shape[1]} dimensions and the gallery {g.shape[1]}; they must match."
+        )
+    k = min(k, g.shape[0])
+    if k == 0:
+        for start, stop in _batch_bounds(len(q), query_batch):
+            yield start, np.empty((stop - start, 0), dtype=np.int64)
+        return
+    index, _ = _build_index(g, space)
+    if space == "cosine":
+        q = l2_normalise(q)
+    n = index.ntotal
+    for start, stop in _batch_bounds(len(q), query_batch):
+        block = q[start:stop]
+        m = min(k + 1, n)  # one more, to see whether the cut-off splits a tie
+        keys, ids = _search_sorted(index, block, m, space)
+        if m > k:
+            tied = np.flatnonzero(keys[:, k - 1] == keys[:, k])
+            if tied.size:
+                ids[tied, :k] = _resolve_cutoff_ties(index, block[tied], k, space)
+        yield start, np.ascontiguousarray(ids[:, :k])

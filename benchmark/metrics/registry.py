@@ -11,7 +11,7 @@ import numpy as np
 from benchmark.metrics import retrieval
 from benchmark.metrics.clustering import nmi
 from benchmark.metrics.full_ranking import full_ranking_average_precision
-from benchmark.metrics.knn import Space, as_float32_matrix, check_space, knn_batches
+from benchmark.metrics.knn import Space, as_float32_matrix, check_space, knn_batches, knn_gallery_batches
 from benchmark.registry import Registry
 
 PerQueryFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -217,3 +217,54 @@ def evaluate(
         if spec.from_embeddings is not None:
             results[spec.name] = float(spec.from_embeddings(x, labels, space))
     return {name: results[name] for name in names}
+
+
+def evaluate_query_gallery(
+    query_embeddings: np.ndarray,
+    query_labels: np.ndarray,
+    gallery_embeddings: np.ndarray,
+    gallery_labels: np.ndarray,
+    space: Space,
+    metrics: Sequence[str] = MLRC_METRICS,
+    *,
+    query_batch: int = 2048,
+) -> dict[str, float]:
+    """Score queries against a separate gallery on the named ranking metrics (In-Shop's protocol).
+
+    Each query ranks the gallery only; its R is the number of gallery items with its label (a
+    query without one is left out, as a singleton in :func:`evaluate`). Metrics computed from one
+    embedding set as a whole (``map``, ``nmi``) are refused with a ValueError naming them.
+    Returns ``{name: value}`` in the requested order, fractions in [0, 1].
+    """
+    names = [metrics] if isinstance(metrics, str) else list(dict.fromkeys(metrics))
+    specs = [METRICS.get(name) for name in names]
+    whole = [spec.name for spec in specs if spec.from_embeddings is not None]
+    if whole:
+        raise ValueError(
+            f"Metrics {', '.join(whole)} are computed on one embedding set, not on queries against a "
+            "separate gallery; query-gallery evaluation supports the ranking metrics (e.g. map_at_r)."
+        )
+    check_space(space)
+    q = as_float32_matrix(query_embeddings)
+    g = as_float32_matrix(gallery_embeddings)
+    q_labels, g_labels = np.asarray(query_labels), np.asarray(gallery_labels)
+    if q_labels.shape != (q.shape[0],) or g_labels.shape != (g.shape[0],):
+        raise ValueError(
+            f"labels must have shapes ({q.shape[0]},) and ({g.shape[0]},); "
+            f"got {q_labels.shape} and {g_labels.shape}."
+        )
+    classes, counts = np.unique(g_labels, return_counts=True)
+    in_gallery = dict(zip(classes.tolist(), counts.tolist(), strict=True))
+    r = np.array([in_gallery.get(label, 0) for label in q_labels.tolist()], dtype=np.int64)
+    # A query is not in the gallery, so up to a whole gallery class is relevant: one more than
+    # the query = gallery need (whose R excludes the query itself).
+    k = min(max(spec.k_needed(g_labels) + 1 for spec in specs), g.shape[0]) if specs else 0
+    per_query = {spec.name: np.full(q.shape[0], np.nan) for spec in specs}
+    rows = max(1, min(query_batch, MAX_NEIGHBOUR_ENTRIES // max(k + 1, 1)))
+    for start, neighbours in knn_gallery_batches(q, g, k, space, query_batch=rows):
+        stop = start + len(neighbours)
+        for spec in specs:
+            per_query[spec.name][start:stop] = spec.fn(
+                q_labels[start:stop], g_labels[neighbours], r[start:stop]
+            )
+    return {name: retrieval.nanmean(per_query[name]) for name in names}

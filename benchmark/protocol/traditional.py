@@ -5,7 +5,11 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
 
 * **Split**: the sorted class ids cut in half; train = the first ``N // 2`` classes, test = the
   rest (an odd class goes to test), or the first ``protocol.train_classes`` when set (SOP declares
-  its official 11,318 / 11,316). No validation classes, no cross-validation.
+  its official 11,318 / 11,316). In-Shop instead uses its official partitions
+  (list_eval_partition.txt): train on the ``train`` items, retrieve each ``query`` image among the
+  ``gallery`` images (query -> gallery MAP@R and Recall@k, also for the epoch selection), as the
+  Mean-Field authors' code does; the record names the split. No validation classes, no
+  cross-validation.
 * **Hyperparameters**: the loss's defaults (no search); ``--set loss.X=...`` fixes others. Loss
   parameters (proxies, anchors, β) train with AdamW at 100 times ``train.lr``, mean fields (``mf*``
   losses) at 2000 times (:func:`traditional_param_lr`; the authors' ``--lr-ratio``: 1e-2 and 2e-1

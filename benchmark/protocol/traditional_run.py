@@ -6,17 +6,31 @@ and declared in :mod:`benchmark.protocol.traditional`.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
+from torch import nn
 
+from benchmark.data import DatasetOptions
 from benchmark.data.base import ImageDataset
-from benchmark.errors import TrainingDiverged
-from benchmark.metrics import evaluate
+from benchmark.data.standard import PARTITIONS, LazyImageDataset, load_partitions
+from benchmark.errors import ConfigError, DataError, TrainingDiverged
+from benchmark.metrics import evaluate, evaluate_query_gallery
 from benchmark.protocol.repeated import RepeatedRun
+from benchmark.protocol.run_data import cache_dir
 from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.traditional import half_split, traditional_param_lr
 from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
+
+#: The official partitions that make a dataset's test a query -> gallery retrieval (In-Shop).
+QUERY_GALLERY = ("train", "query", "gallery")
+
+
+def has_query_gallery(dataset: str) -> bool:
+    """Whether ``dataset`` has official train/query/gallery partitions (In-Shop), which the
+    traditional protocol uses instead of a class split, as the Mean-Field authors' code does."""
+    return set(QUERY_GALLERY) <= set(PARTITIONS.get(dataset, ()))
 
 
 class TraditionalRun(RepeatedRun):
@@ -36,7 +50,13 @@ class TraditionalRun(RepeatedRun):
             params["param_lr"] = lr
         return params
 
+    #: In-Shop's query images (None: a class split, whose test images are queries and gallery).
+    query_set: ImageDataset | None = None
+
     def split(self) -> None:
+        if has_query_gallery(self.config.data.dataset):
+            self.split_query_gallery()
+            return
         self.halves = half_split(self.dataset.classes().tolist(), self.config.protocol.train_classes)
         self.train_set: ImageDataset = self.dataset.subset(list(self.halves.train))
         self.test_set: ImageDataset = self.dataset.subset(list(self.halves.test))
@@ -53,6 +73,72 @@ class TraditionalRun(RepeatedRun):
             "test_classes_first_last": [self.halves.test[0], self.halves.test[-1]],
         }
 
+    def split_query_gallery(self) -> None:
+        """The dataset's official partitions: train on ``train``, retrieve ``query`` among
+        ``gallery`` (In-Shop's list_eval_partition.txt; mft-in-dml's Inshop_Dataset), restricted
+        to the images ``data.max_classes``/``data.max_per_class`` keep."""
+        c = self.config
+        name = c.data.dataset
+        if c.protocol.train_classes > 0:
+            raise ConfigError(
+                f"protocol.train_classes = {c.protocol.train_classes} cuts the sorted classes, but dataset "
+                f"{name!r} is split by its official train/query/gallery partitions; set it to 0."
+            )
+        options = DatasetOptions(
+            data_dir=Path(c.data.data_dir) if c.data.data_dir else None,
+            image_size=c.data.image_size,
+            cache_dir=cache_dir(),
+        )
+        kept = set(getattr(self.dataset, "paths", ()))
+        parts: dict[str, LazyImageDataset] = {}
+        for part, data in load_partitions(name, options).items():
+            if not isinstance(data, LazyImageDataset):
+                raise DataError(f"Dataset {name!r}: partition {part!r} is not a file-based dataset.")
+            parts[part] = data.take([i for i, path in enumerate(data.paths) if path in kept])
+        train, query, gallery = (parts[p] for p in QUERY_GALLERY)
+        train_classes = np.unique(train.labels)
+        in_gallery = np.isin(query.labels, gallery.labels)
+        if len(train_classes) < 2 or not in_gallery.any():
+            raise DataError(
+                f"Dataset {name!r}: its official partitions leave {len(train_classes)} training classes and "
+                f"{int(in_gallery.sum())} query images with a gallery match (after data.max_classes = "
+                f"{c.data.max_classes}, data.max_per_class = {c.data.max_per_class}); the traditional "
+                "protocol needs at least 2 and 1."
+            )
+        # LazyImageDataset duck-types ImageDataset for the trainer, as every photo dataset that
+        # load_run_dataset returns does (its loaders are typed ImageDataset for the same reason).
+        self.train_set = cast(ImageDataset, train)
+        self.query_set = cast(ImageDataset, query)
+        self.test_set = cast(ImageDataset, gallery)
+        test_classes = np.union1d(np.unique(query.labels), np.unique(gallery.labels)).tolist()
+        self.split_info = {
+            "split": f"official {name} train / query / gallery partitions (list_eval_partition.txt)",
+            "retrieval": "query -> gallery",
+            "n_train_classes": len(train_classes),
+            "n_test_classes": len(test_classes),
+            "n_train_images": len(train.labels),
+            "n_query_images": len(query.labels),
+            "n_gallery_images": len(gallery.labels),
+            "test_classes_first_last": [int(test_classes[0]), int(test_classes[-1])],
+        }
+
+    def score(self, model: nn.Module, metrics: list[str]) -> dict[str, float]:
+        """The test metrics of ``model``: its test images against each other, or In-Shop's
+        queries against its gallery."""
+        space = self.loss_spec.embedding_space
+        if self.query_set is None:
+            emb = embed_samples(model, self.test_set, self.device)
+            if not np.isfinite(emb).all():
+                raise TrainingDiverged("the model produced non-finite test embeddings")
+            return evaluate(emb, self.test_set.labels, space, metrics)
+        queries = embed_samples(model, self.query_set, self.device)
+        gallery = embed_samples(model, self.test_set, self.device)
+        if not (np.isfinite(queries).all() and np.isfinite(gallery).all()):
+            raise TrainingDiverged("the model produced non-finite query or gallery embeddings")
+        return evaluate_query_gallery(
+            queries, self.query_set.labels, gallery, self.test_set.labels, space, metrics
+        )
+
     def run_rep(self, r: int) -> dict[str, Any]:
         seed = derive_seed(self.request.seed, "traditional", r)
         result, model, _ = train_with_loss(
@@ -68,13 +154,13 @@ class TraditionalRun(RepeatedRun):
             on_step=self.step_status(f"rep {r + 1}/{self.config.test.reps}"),
             optimizer=self.OPTIMIZER,
             sampling=self.SAMPLING,
+            # In-Shop: the epoch is selected on query -> gallery MAP@R, as the authors' code does.
+            val_score=None if self.query_set is None else self.query_gallery_map_at_r,
         )
-        emb = embed_samples(model, self.test_set, self.device)
-        if not np.isfinite(emb).all():
-            raise TrainingDiverged(f"rep {r}: the trained model produced non-finite test embeddings")
-        scores = evaluate(
-            emb, self.test_set.labels, self.loss_spec.embedding_space, list(self.config.test.metrics)
-        )
+        try:
+            scores = self.score(model, list(self.config.test.metrics))
+        except TrainingDiverged as exc:
+            raise TrainingDiverged(f"rep {r}: {exc}") from exc
         return {
             "rep": r,
             "seed": seed,
@@ -86,14 +172,13 @@ class TraditionalRun(RepeatedRun):
             "code": result.code,
         }
 
+    def query_gallery_map_at_r(self, model: nn.Module) -> float:
+        """In-Shop's early-stopping score: MAP@R of the queries against the gallery."""
+        return self.score(model, ["map_at_r"])["map_at_r"]
+
     def evaluate_untrained(self) -> dict[str, dict[str, float]]:
         model = build_fold_model(self.config, self.test_set, derive_seed(self.request.seed, "untrained"))
-        emb = embed_samples(model.to(self.device), self.test_set, self.device)
-        return {
-            "test": evaluate(
-                emb, self.test_set.labels, self.loss_spec.embedding_space, list(self.config.test.metrics)
-            )
-        }
+        return {"test": self.score(model.to(self.device), list(self.config.test.metrics))}
 
     def extra_per_rep(self) -> dict[str, list[float]]:
         return {

@@ -362,6 +362,7 @@ def train_with_loss(
     prefetch_depth: int | None = None,
     on_step: StepCallback | None = None,
     time_limit_s: float | None = None,
+    val_score: Callable[[EmbeddingModel], float] | None = None,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
@@ -373,6 +374,9 @@ def train_with_loss(
     ``time_limit_s`` (None: no limit) stops training at the first validation after that many
     wall seconds, with ``stopped_by = "time"`` (never a protocol setting: a fold cut by time has
     not converged; benchmarks use it to bound a measurement).
+    ``val_score`` (None: MAP@R of ``val`` with query = gallery) scores the model in eval mode for
+    early stopping instead, e.g. In-Shop's query → gallery MAP@R; it raises TrainingDiverged on
+    non-finite embeddings itself.
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -456,10 +460,13 @@ def train_with_loss(
         control.end_epoch()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
-        emb = embed_samples(model, val, device)
-        if not np.isfinite(emb).all():
-            raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
-        val_map = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"]
+        if val_score is not None:
+            val_map = val_score(model)
+        else:
+            emb = embed_samples(model, val, device)
+            if not np.isfinite(emb).all():
+                raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
+            val_map = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"]
         curve.append((epoch, val_map))
         # Strict improvement resets patience (MLRC); ties do not.
         if val_map > best_val:
