@@ -10,10 +10,13 @@ depends only on its seed, so ``--jobs`` changes wall time, not numbers.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing as mp
 import os
 import queue
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -117,12 +120,38 @@ _EVENTS: Any = None
 STEP_EVENT_S = 1.0
 
 
-def watch_parent(parent_pid: int) -> None:
+#: prctl option: the signal this process gets when the thread that created it exits (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when the thread that spawned it exits; whether it could.
+
+    A kernel guarantee, unlike the polling thread of :func:`watch_parent`, which needs the GIL and
+    so can be held off by a long call that keeps it. Only for a process spawned by its parent's
+    main thread: the signal follows the spawning *thread*, which for the main thread lives as long
+    as the process. Elsewhere than Linux (no prctl) it does nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(parent_pid: int, spawned_by_main_thread: bool = False) -> None:
     """Exit this worker process within a second of its parent ``parent_pid`` dying.
 
     A parent killed with SIGKILL cannot shut its pool (or its search workers) down; without this
     watchdog its workers would keep training (and competing for the CPU with the resumed run).
+    With ``spawned_by_main_thread`` the kernel also kills it at once (:func:`die_with_parent`).
     """
+    if spawned_by_main_thread:
+        die_with_parent()
+    if os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the death signal was armed
 
     def watch() -> None:
         while True:
@@ -133,9 +162,11 @@ def watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData], events: Any, parent_pid: int) -> None:
+def _init_worker(
+    setup: WorkerSetup, loader: Callable[[], FoldData], events: Any, parent_pid: int, main_thread: bool
+) -> None:
     global _SETUP, _DATA, _EVENTS
-    watch_parent(parent_pid)
+    watch_parent(parent_pid, main_thread)
     torch.set_num_threads(setup.threads)
     _SETUP, _DATA, _EVENTS = setup, loader(), events
 
@@ -201,7 +232,15 @@ class FoldExecutor:
                 self.jobs,
                 mp_context=ctx,
                 initializer=_init_worker,
-                initargs=(self.setup, self._loader, self._events, os.getpid()),
+                # Workers are spawned by the thread that submits (this one): whether it is the main
+                # thread decides if they may ask for a parent-death signal (see die_with_parent).
+                initargs=(
+                    self.setup,
+                    self._loader,
+                    self._events,
+                    os.getpid(),
+                    threading.current_thread() is threading.main_thread(),
+                ),
             )
         callbacks = {t.key: on_epoch(t) for t in tasks} if on_epoch else {}
         step_callbacks = {t.key: on_step(t) for t in tasks} if on_step else {}

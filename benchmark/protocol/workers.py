@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,9 +35,11 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, workers))
 
 
-def worker_main(entry: WorkerEntry, request: RunRequest, threads: int, parent_pid: int) -> None:
+def worker_main(
+    entry: WorkerEntry, request: RunRequest, threads: int, parent_pid: int, main_thread: bool = False
+) -> None:
     """Entry point of one worker process: ``entry(request)`` (search trials until the budget is taken)."""
-    watch_parent(parent_pid)
+    watch_parent(parent_pid, main_thread)
     torch.set_num_threads(threads)
     entry(request)
 
@@ -53,11 +56,14 @@ def run_local_workers(
     jobs = request.jobs if request.jobs > 0 else 1
     threads = worker_threads(n) if jobs == 1 else 1
     ctx = mp.get_context("spawn")
+    main_thread = threading.current_thread() is threading.main_thread()  # see parallel.die_with_parent
     procs = []
     for k in range(1, n + 1):
         child = dataclasses.replace(request, workers=1, worker_id=k, jobs=jobs, quiet=True)
         p = ctx.Process(
-            target=worker_main, args=(entry, child, threads, os.getpid()), name=f"dmlbench-worker-{k}"
+            target=worker_main,
+            args=(entry, child, threads, os.getpid(), main_thread),
+            name=f"dmlbench-worker-{k}",
         )
         p.start()
         procs.append(p)

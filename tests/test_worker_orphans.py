@@ -1,0 +1,101 @@
+"""Workers die with their parent: a SIGKILLed ``dmlbench`` (OOM killer, job scheduler) leaves no
+fold-pool process training on (they stayed for over an hour before)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+GRANDCHILD = """
+import time
+from benchmark.protocol.parallel import die_with_parent
+print("armed" if die_with_parent() else "unarmed", flush=True)
+time.sleep(600)
+"""
+
+CHILD = f"""
+import subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", {GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)
+print(g.pid, g.stdout.readline().strip(), flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper is dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{pid}\n" in status and alive(int(entry.name)):
+                out.append(int(entry.name))
+    return out
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_the_parent_death_signal_kills_a_worker_at_once() -> None:
+    """No polling: the grandchild only armed the signal and sleeps; its parent is SIGKILLed."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    pid_text, state = child.stdout.readline().split()
+    grandchild = int(pid_text)
+    assert state == "armed" and alive(grandchild)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert wait_gone([grandchild], 3.0) == []
+
+
+@pytest.mark.slow
+def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, cache_dir: Path) -> None:
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--loss", "contrastive", "--budget", "smoke"]
+    cmd += ["--quiet", "--jobs", "2", "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "r")]
+    main = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    everyone: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        workers: list[int] = []
+        while len(workers) < 2 and main.poll() is None and time.monotonic() < deadline:
+            workers = [
+                p for p in children(main.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
+            time.sleep(0.5)
+        assert len(workers) >= 2 and main.poll() is None, "the fold pool never started"
+        time.sleep(8)  # the workers import torch and run their initializer (which arms the watch)
+        assert main.poll() is None, "the run ended before it could be killed"
+        everyone = children(main.pid)  # fold workers and multiprocessing's resource tracker
+        main.send_signal(signal.SIGKILL)  # the main process only, not its process group
+        main.wait()
+        survivors = wait_gone(everyone, 10.0)
+        assert survivors == [], f"still alive 10 s after the parent was killed: {survivors}"
+    finally:
+        if main.poll() is None:
+            main.kill()
+        for pid in everyone + children(main.pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
