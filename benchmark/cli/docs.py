@@ -23,7 +23,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def render() -> str:
     """Markdown: each subcommand's ``--help`` as argparse prints it at a fixed width."""
     old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal; the page must not depend on it
+    os.environ["COLUMNS"] = "84"  # argparse wraps to the terminal; the page must not depend on it
     try:
         return _render()
     finally:
