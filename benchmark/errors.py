@@ -35,5 +35,9 @@ class DataError(DmlbenchError):
     """A dataset is missing, malformed or too small for the protocol."""
 
 
+class DiskFull(DmlbenchError):
+    """A file could not be written: no space (or quota) left on its file system."""
+
+
 class TrainingDiverged(DmlbenchError):
     """A loss or its gradients became NaN/inf; the fold (and its trial) fails with this reason."""

@@ -4,6 +4,7 @@ and the key diff of two JSON-like mappings (which settings make two runs differe
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -11,12 +12,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from benchmark.errors import DiskFull
 from benchmark.faults import kill_point
+
+#: errno values of a full file system: no space, and (user or group) quota exceeded.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextlib.contextmanager
-def atomic_write(path: Path) -> Iterator[BinaryIO]:
+def atomic_write(path: Path, size: int | None = None) -> Iterator[BinaryIO]:
     """Open a binary file whose content replaces ``path`` only when the ``with`` block ends cleanly.
+
+    A full disk (ENOSPC, EDQUOT) is a :class:`~benchmark.errors.DiskFull` naming ``path`` and the
+    bytes it needed (``size`` when the caller knows it, else those written when it failed); the
+    previous ``path``, if any, is left as it was.
 
     The data go to a uniquely named temporary file in the same directory (several processes may
     write the same cache entry at once), are flushed to disk, and the file is renamed over
@@ -24,11 +33,22 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     The file gets the permissions of any file created under the current umask (mkstemp's are 0600;
     results and caches are meant to be shared like any other output).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    written = 0
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise _disk_full(exc, path, size, written) from exc
+        raise
     try:
         with os.fdopen(fd, "wb") as fh:
-            yield fh
+            try:
+                yield fh
+            finally:
+                # What the caller handed over (the figure a full disk's error states without ``size``).
+                with contextlib.suppress(OSError, ValueError):
+                    written = fh.tell()
             fh.flush()
             os.fsync(fh.fileno())
         umask = os.umask(0)
@@ -36,15 +56,28 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         os.chmod(tmp, 0o666 & ~umask)
         kill_point(f"write:{path.name}")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise _disk_full(exc, path, size, written) from exc
         raise
+
+
+def _disk_full(exc: OSError, path: Path, size: int | None, written: int) -> DiskFull:
+    """The one-line error of a write of ``path`` that found its file system full."""
+    need = f"{size:,} bytes" if size is not None else f"at least {written:,} bytes"
+    return DiskFull(
+        f"No space left to write {path} ({need}): {exc.strerror or exc}. The file is as it was before "
+        f"(never half-written); free space on the file system of {path.parent} and re-run the same "
+        "command to resume."
+    )
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
-    with atomic_write(path) as fh:
-        fh.write(text.encode("utf-8"))
+    data = text.encode("utf-8")
+    with atomic_write(path, len(data)) as fh:
+        fh.write(data)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

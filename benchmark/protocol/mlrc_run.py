@@ -231,7 +231,9 @@ class MLRCRun(ProtocolRun):
                     f"parameters {self.best_params}."
                 )
             assert outcome.result is not None and outcome.test_embeddings is not None
-            with atomic_write(test_dir / f"rep{r}-fold{f}.npy") as fh:
+            # The array and at most 128 bytes of .npy header: the size a full disk's error states.
+            size = outcome.test_embeddings.nbytes + 128
+            with atomic_write(test_dir / f"rep{r}-fold{f}.npy", size) as fh:
                 np.save(fh, outcome.test_embeddings)
             write_json_atomic(test_dir / f"rep{r}-fold{f}.json", outcome.result.to_dict())
             kill_point(f"test.fold_saved:{r}:{f}")
