@@ -58,18 +58,18 @@ def test_markdown_rows_bold_and_footer(tmp_path: Path) -> None:
     lines = md_path.read_text().splitlines()
     assert (
         "| Untrained (init trunk + random embedder) |  | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
-        "| 0 | 1 | – | abcdef1234 |" in lines
+        "| 0 | 1 | – | – | abcdef1234 |" in lines
     )
     assert (
         "| MFCont | a | **30.00 ± 1.00** | **30.00 ± 1.00** | **30.00 ± 1.00** | **35.00 ± 1.00** | "
-        "**35.00 ± 1.00** | **35.00 ± 1.00** | 0 | 3 | training seeds | abcdef1234 |"
+        "**35.00 ± 1.00** | **35.00 ± 1.00** | 0 | 3 | training seeds | –; – | abcdef1234 |"
     ) in lines
     assert (
         "| MS | b | 20.00 ± 1.00 | 20.00 ± 1.00 | 20.00 ± 1.00 | 25.00 ± 1.00 | 25.00 ± 1.00 "
-        "| 25.00 ± 1.00 | 0 | 3 | training seeds | abcdef1234 |" in lines
+        "| 25.00 ± 1.00 | 0 | 3 | training seeds | –; – | abcdef1234 |" in lines
     )
-    assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in lines
-    assert "Budget `mini`; search trials per loss: mfcont 8/8, ms 8/8." in lines
+    assert lines[lines.index("Deviations from the paper protocol:") + 2] == "- `test.reps` = 3 (paper 10)"
+    assert "Budget `mini`; search trials complete: 8/8 for every loss." in lines
 
 
 def test_latest_record_per_loss_wins_and_budgets_are_separate(tmp_path: Path) -> None:

@@ -97,24 +97,24 @@ def test_markdown_exact(root: Path) -> None:
     # points at a 1-point spread (Welch p < 0.001), so one loss per column is in the best tier.
     assert table == [
         "| Loss | Group | Sep. MAP@R | Sep. P@1 | Sep. RP | Concat. MAP@R | Concat. P@1 | Concat. RP "
-        "| Seeds | Reps | Interval covers | Commit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Seeds | Reps | Interval covers | Stopped by patience (test; search) | Commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         "| MFCont | a | **30.00 ± 2.48** | 60.00 ± 2.48 | **40.00 ± 2.48** | **35.00 ± 2.48** | 65.00 ± 2.48 "
-        "| **45.00 ± 2.48** | 0 | 3 | training seeds | 0123456789 |",
+        "| **45.00 ± 2.48** | 0 | 3 | training seeds | –; – | 0123456789 |",
         "| ArcFace | b | 20.00 ± 2.48 | **70.00 ± 2.48** | 30.00 ± 2.48 | 25.00 ± 2.48 | **75.00 ± 2.48** "
-        "| 35.00 ± 2.48 | 0 | 3 | training seeds | 0123456789 |",
+        "| 35.00 ± 2.48 | 0 | 3 | training seeds | –; – | 0123456789 |",
         "| Untrained (init trunk + random embedder) |  | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 "
-        "| 0 | 1 | – | 0123456789 |",
+        "| 0 | 1 | – | – | 0123456789 |",
     ]
-    assert "Budget `mini`; search trials per loss: arcface 3/4, mfcont 3/4." in text
-    assert "Deviations from the paper protocol: `test.reps` = 3 (paper 10)." in text
+    assert "Budget `mini`; search trials complete: 3/4 for every loss." in text
+    assert "Deviations from the paper protocol:\n\n- `test.reps` = 3 (paper 10)" in text
 
 
 def test_csv_exact(root: Path) -> None:
     by_budget = select_records(root, "glyphs", "mlrc")
     rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", by_budget, ["map_at_r"]))))
     assert rows[0] == [
-        "budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit",
+        "budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit", "unit",
         "separated_map_at_r_mean", "separated_map_at_r_half_width", "separated_map_at_r_df",
         "separated_map_at_r_best_tier", "separated_map_at_r_group",
         "concatenated_map_at_r_mean", "concatenated_map_at_r_half_width", "concatenated_map_at_r_df",
@@ -123,12 +123,12 @@ def test_csv_exact(root: Path) -> None:
         "search_fold_trainings", "convergence", "stops_derived",
     ]  # fmt: skip
     assert rows[3] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1", "",
-                       "0123456789", "0.05", "", "", "", "", "0.05", "", "", "", "",
+                       "0123456789", "fraction", "0.05", "", "", "", "", "0.05", "", "", "", "",
                        "", "", "", "", "", ""]  # fmt: skip
     assert [r[1] for r in rows[1:3]] == ["mfcont", "arcface"]
-    assert float(rows[1][7]) == pytest.approx(0.30)
-    assert float(rows[1][8]) == pytest.approx(0.024841377117503)
-    assert rows[1][9:12] == ["2.0", "true", "a"] and rows[2][9:12] == ["2.0", "false", "b"]
+    assert float(rows[1][8]) == pytest.approx(0.30)
+    assert float(rows[1][9]) == pytest.approx(0.024841377117503)
+    assert rows[1][10:13] == ["2.0", "true", "a"] and rows[2][10:13] == ["2.0", "false", "b"]
 
 
 def test_json_rows(root: Path) -> None:

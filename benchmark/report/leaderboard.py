@@ -717,7 +717,7 @@ def markdown_text(lb: Leaderboard) -> str:
     for s in lb.sections:
         header = ["Loss", "Group"]
         header += [f"{label} {METRICS.get(m).display_name}" for _, label in modes for m in metrics]
-        header += ["Seeds", "Reps", "Interval covers", "Commit"]
+        header += ["Seeds", "Reps", "Interval covers", "Stopped by patience (test; search)", "Commit"]
         lines += [
             "",
             f"## Budget `{s.budget}`" + (f" ({EXEMPT_NOTE})" if s.exempt else ""),
@@ -731,11 +731,13 @@ def markdown_text(lb: Leaderboard) -> str:
                 text = format_cell(*r.cells[(mode, m)])
                 cells.append(f"**{text}**" if s.is_best(r, mode, m) else text)
             group = s.letters(r, *cols[0]) if cols else ""
-            lines.append(
-                "| "
-                + " | ".join([r.label, group, *cells, r.seeds_text, r.reps_text, r.scope or "–", r.commit])
-                + " |"
+            stops = (
+                f"{format_share(r.convergence['test'])}; {format_share(r.convergence['search'])}"
+                if r.convergence is not None
+                else "–"
             )
+            row = [r.label, group, *cells, r.seeds_text, r.reps_text, r.scope or "–", stops, r.commit]
+            lines.append("| " + " | ".join(row) + " |")
         lines += ["", *_markdown_footer(s)]
     return "\n".join(lines) + "\n"
 
@@ -753,27 +755,28 @@ def tier_footer(s: Section) -> list[str]:
 
 def _markdown_footer(s: Section) -> list[str]:
     trials = s.search_trials()
-    out = (
-        [
+    if not trials:
+        out = [f"Budget `{s.budget}`; no hyperparameter search (loss defaults)."]
+    elif len(set(trials.values())) == 1:
+        (c, n), *_ = trials.values()
+        out = [f"Budget `{s.budget}`; search trials complete: {c}/{n} for every loss."]
+    else:
+        out = [
             f"Budget `{s.budget}`; search trials per loss: "
             + ", ".join(f"{loss} {c}/{n}" for loss, (c, n) in trials.items())
             + "."
         ]
-        if trials
-        else [f"Budget `{s.budget}`; no hyperparameter search (loss defaults)."]
-    )
     out += tier_footer(s)
     out += footer_notes(s.chosen)
-    out += convergence_footer(s.budget, s.chosen)
+    # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
+    out += convergence_footer(s.budget, s.chosen)[1:]
     out += code_footer(s.chosen)
     devs = s.deviations()
-    out.append(
-        "Deviations from the paper protocol: "
-        + "; ".join(f"`{key}` = {value!r} (paper {paper!r})" for key, paper, value in devs)
-        + "."
-        if devs
-        else "No deviations from the paper protocol."
-    )
+    if devs:
+        out += ["", "Deviations from the paper protocol:", ""]
+        out += [f"- `{key}` = {value!r} (paper {paper!r})" for key, paper, value in devs]
+    else:
+        out.append("No deviations from the paper protocol.")
     return out
 
 
@@ -807,6 +810,10 @@ def csv_convergence(row: Row) -> list[str]:
     ]
 
 
+#: The unit of the CSV's and JSON's metric values (the Markdown and LaTeX tables show percent).
+CSV_UNIT = "fraction"
+
+
 def csv_text(lb: Leaderboard) -> str:
     """The same rows as the Markdown table, as machine-readable CSV (fractions, not percent):
     per column the mean, the 95% half-width, its degrees of freedom, whether the row is in the
@@ -815,7 +822,7 @@ def csv_text(lb: Leaderboard) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     cols = _columns(lb.metrics, lb.modes)
     writer.writerow(
-        ["budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit"]
+        ["budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit", "unit"]
         + [
             f"{mode}_{m}_{part}"
             for mode, m in cols
@@ -847,6 +854,7 @@ def csv_text(lb: Leaderboard) -> str:
                     r.reps,
                     r.scope,
                     r.commit,
+                    CSV_UNIT,
                     *values,
                     *csv_convergence(r),
                 ]

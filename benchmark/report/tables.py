@@ -241,6 +241,7 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
         "dataset": lb.dataset,
         "protocol": lb.protocol,
         "confidence": 0.95,
+        "unit": "fraction of 1 for the ranking metrics (the Markdown and LaTeX tables show percent)",
         "values": VALUES_NOTE,
         "tiers": {"alpha": TIER_ALPHA, "rule": TIERS_NOTE},
         "modes": [mode for mode, _ in lb.modes],
