@@ -322,6 +322,12 @@ def _scale(metric: str) -> float:
     return 1.0 if metric == "epochs_to_best" else 100.0
 
 
+#: Our ``epochs_to_best`` counts from 1 (epochs trained up to the best); the Mean-Field authors'
+#: Table 2 "Epoch" is their loop's 0-based index (docs/protocols.md §2.5), so ours is shifted by
+#: this before the comparison.
+EPOCH_OFFSET = {"epochs_to_best": -1.0}
+
+
 def _ours(
     replicates: Sequence[RunRecord], mode: str, metric: str, estimates: Mapping[str, Any]
 ) -> tuple[float, float, float, float] | None:
@@ -334,7 +340,7 @@ def _ours(
     est = estimates.get(replicates[0].loss)
     if est is not None and not math.isnan(est.mean):
         se = math.sqrt(est.var_mean) if not math.isnan(est.var_mean) else math.nan
-        return scale * est.mean, scale * est.half_width, scale * se, est.df
+        return scale * est.mean + EPOCH_OFFSET.get(metric, 0.0), scale * est.half_width, scale * se, est.df
     record = max(replicates, key=lambda r: r.created)
     test = record.test
     cell = test.summary.get(mode, {}).get(metric)
@@ -345,7 +351,7 @@ def _ours(
     hw = math.nan if cell.half_width is None else scale * cell.half_width
     n = test.reps
     se = hw / float(scipy.stats.t.ppf(0.975, n - 1)) if n >= 2 and not math.isnan(hw) else math.nan
-    return scale * cell.mean, hw, se, float(n - 1)
+    return scale * cell.mean + EPOCH_OFFSET.get(metric, 0.0), hw, se, float(n - 1)
 
 
 def join(
