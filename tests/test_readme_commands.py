@@ -59,3 +59,20 @@ def test_readme_next_commands_run(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, f"{shlex.join(command)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         assert "Traceback" not in proc.stderr
+
+
+def test_the_plugin_contract_example_runs(tmp_path: Path) -> None:
+    """The runnable example of docs/guide/plugins.md's contract section, as printed there."""
+    page = (ROOT / "docs" / "guide" / "plugins.md").read_text(encoding="utf-8")
+    block = page.split("## The contract, in full", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    (command,) = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    args = [str(tmp_path / a[len("/tmp/") :]) if a.startswith("/tmp/") else a for a in command[1:]]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark.cli.main", *args, "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "r" / "glyphs" / "mlrc" / "leaderboard.md").is_file()

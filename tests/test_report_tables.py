@@ -138,6 +138,7 @@ def test_json_rows(root: Path) -> None:
         json.dumps(leaderboard_data("glyphs", "mlrc", by_budget, ["map_at_r", "precision_at_1"]))
     )
     assert data["schema"] == "dmlbench.leaderboard/1"
+    assert data["unit"].startswith("fraction")  # the Markdown and LaTeX tables show percent
     assert [m["name"] for m in data["metrics"]] == ["map_at_r", "precision_at_1"]
     (section,) = data["budgets"]
     assert section["budget"] == "mini"
