@@ -250,6 +250,8 @@ def _load_entry_point(kind: str, ep: importlib.metadata.EntryPoint) -> None:
     shown = f"entry point {ep.name!r} = {ep.value!r} of {dist.name if dist else 'an unknown distribution'}"
     try:
         obj = ep.load()
+    except SystemExit as exc:
+        raise _exited(shown, exc) from None
     except Exception as exc:
         raise ConfigError(
             f"Plugin {shown} ({GROUPS[kind]}) failed to import: {type(exc).__name__}: {exc}"
@@ -283,6 +285,9 @@ def _import_file(path: Path, shown: str) -> ModuleType:
     sys.modules[mod_name] = module  # dataclasses and pickling look the module up while it executes
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:
+        del sys.modules[mod_name]
+        raise _exited(shown, exc) from None
     except Exception as exc:
         del sys.modules[mod_name]
         raise ConfigError(f"Plugin {shown!r} failed to import: {type(exc).__name__}: {exc}") from exc
@@ -294,8 +299,18 @@ def _import_module(target: str, directory: str, shown: str) -> ModuleType:
         sys.path.insert(0, directory)  # `--loss my_loss:MyLoss` next to my_loss.py, as with python -m
     try:
         return importlib.import_module(target)
+    except SystemExit as exc:
+        raise _exited(shown, exc) from None
     except Exception as exc:
         raise ConfigError(f"Plugin {shown!r} failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def _exited(shown: str, exc: SystemExit) -> ConfigError:
+    """A plugin that called ``sys.exit`` while being imported: an error naming it, not a silent exit."""
+    return ConfigError(
+        f"Plugin {shown!r} called sys.exit({exc.code!r}) while being imported; a plugin module must "
+        'only define its components (run its script code under `if __name__ == "__main__":`).'
+    )
 
 
 def _attribute(module: ModuleType, attr: str, shown: str) -> object:

@@ -587,29 +587,72 @@ def replicates_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> dic
     return out
 
 
-def load_record(path: Path) -> RunRecord:
-    """Read and validate one record file (unreadable JSON is a :class:`RecordError` too)."""
+#: Largest record file read (a paper-budget record is a few MB): a bigger one is refused unread.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: Deepest nesting of objects and arrays in a record (the schema needs fewer than 10 levels): deeper
+#: is refused instead of exhausting Python's recursion limit.
+MAX_RECORD_DEPTH = 64
+
+
+def read_record_json(path: Path) -> Any:
+    """The parsed JSON of a record file within :data:`MAX_RECORD_BYTES` and :data:`MAX_RECORD_DEPTH`.
+
+    Unreadable JSON, a file too big or nested too deep are a :class:`RecordError` naming the file.
+    """
     try:
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise RecordError(
+                f"Run record {path} is {size:,} bytes, over the {MAX_RECORD_BYTES:,}-byte limit of a "
+                "record; it is not read."
+            )
         with path.open(encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"Run record {path} cannot be read: {exc}") from None
-    return parse_record(data, str(path))
+    except RecursionError:
+        # The C parser stops at the interpreter's recursion limit, far deeper than MAX_RECORD_DEPTH.
+        raise RecordError(
+            f"Run record {path} is nested deeper than {MAX_RECORD_DEPTH} levels (the limit of a record)."
+        ) from None
+    if _depth_exceeds(data, MAX_RECORD_DEPTH):
+        raise RecordError(
+            f"Run record {path} is nested deeper than {MAX_RECORD_DEPTH} levels (the limit of a record)."
+        )
+    return data
+
+
+def _depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether objects/arrays in ``data`` nest deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def load_record(path: Path) -> RunRecord:
+    """Read and validate one record file (unreadable, too big or too deep: a :class:`RecordError`)."""
+    return parse_record(read_record_json(path), str(path))
 
 
 def load_records(folder: Path) -> list[RunRecord]:
     """Every record in ``folder`` (``*.json``), validated, oldest first (by ``created``, then loss).
 
-    A file that is not readable JSON (e.g. truncated by a full disk) is skipped with a warning, so
+    A file that is not readable JSON (e.g. truncated by a full disk), bigger than
+    :data:`MAX_RECORD_BYTES` or nested deeper than :data:`MAX_RECORD_DEPTH` is skipped with a warning, so
     one damaged file does not hide every other result; a readable record that breaks the schema is
     a :class:`RecordError` naming the file and the key.
     """
     records = []
     for path in sorted(folder.glob("*.json")):
         try:
-            with path.open(encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data = read_record_json(path)
+        except RecordError as exc:  # not JSON, too big or nested too deep: the file is not a record
             print(f"dmlbench: warning: skipping unreadable record {path}: {exc}", file=sys.stderr)
             continue
         if not isinstance(data, Mapping):

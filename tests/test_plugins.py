@@ -168,6 +168,7 @@ MALFORMED = {
     ),
     "a slash in its name": (LOSS_CLASS.format(cls="X", name="a/b"), "X", "'a/b' is not a valid name"),
     "a NUL in its name": (LOSS_CLASS.format(cls="X", name="a\0b"), "X", "'a\\x00b' is not a valid name"),
+    "exits at import": ("import sys\nsys.exit(3)\n", "X", "called sys.exit(3) while being imported"),
     "not a module": (
         LOSS_CLASS.format(cls="X", name="x7").replace("class X(nn.Module)", "class X"),
         "X",
@@ -364,3 +365,15 @@ def test_installed_example_plugin_runs_mlrc_smoke_and_shows_in_the_leaderboard(
     board = (tmp_path / "results/glyphs/mlrc/leaderboard.md").read_text()
     assert "| Margin deviance (example plugin) |" in board
     assert "margindev: loss plugin: dmlbench-my-loss 0.1.0 (my_loss:MarginDevianceLoss" in board
+
+
+def test_cli_plugin_calling_sys_exit_at_import_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmark.cli.main import main
+
+    path = write_plugin(tmp_path, "quitter", "import sys\nsys.exit(3)\n")
+    code = main(["run", "--loss", f"{path}:X", "--out", str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"Plugin '{path}:X' called sys.exit(3) while being imported" in err
+    assert not (tmp_path / "runs").exists()

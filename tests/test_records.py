@@ -160,3 +160,40 @@ def test_git_dirty_ignores_what_runs_write_under_results(tmp_path: Path) -> None
     assert git_commit(tmp_path / "pkg")["dirty"] is False
     (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
     assert git_commit(tmp_path / "pkg")["dirty"] is True
+
+
+def test_a_record_nested_too_deep_is_refused_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmark.records import MAX_RECORD_DEPTH
+
+    records = tmp_path / "glyphs" / "mlrc" / "records"
+    records.mkdir(parents=True)
+    bomb = records / "bomb.json"
+    bomb.write_text("[" * 200_000 + "]" * 200_000)  # a RecursionError traceback before
+    with pytest.raises(RecordError, match=f"{bomb} is nested deeper than {MAX_RECORD_DEPTH} levels"):
+        load_record(bomb)
+    shallow_enough = records / "deep.json"  # parses, but deeper than a record can be
+    shallow_enough.write_text(
+        json.dumps({"a": [[[[[[[[0]]]]]]]] * 10}).replace("[0]", "[" * 60 + "0" + "]" * 60)
+    )
+    with pytest.raises(
+        RecordError, match=f"{shallow_enough} is nested deeper than {MAX_RECORD_DEPTH} levels"
+    ):
+        load_record(shallow_enough)
+    # The leaderboard skips them with a warning, as it does a truncated file.
+    assert load_records(records) == []
+    err = capsys.readouterr().err
+    assert (
+        f"skipping unreadable record {bomb}" in err and f"skipping unreadable record {shallow_enough}" in err
+    )
+
+
+def test_a_record_over_the_size_limit_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmark.records
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"x": "y" * 200}))
+    monkeypatch.setattr(benchmark.records, "MAX_RECORD_BYTES", 100)
+    with pytest.raises(RecordError, match=f"{path} is 209 bytes, over the 100-byte limit"):
+        load_record(path)
