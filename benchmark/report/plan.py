@@ -155,6 +155,12 @@ def render(
             f"Cheapest design with ≥ {p.target:.0%} power: {s} search seed(s) × {r} repetitions "
             f"({s * r} test trainings per loss, plus {s} searches)."
         )
+    lines.append(
+        "Degrees of freedom are those of two losses tested alone: 2(R − 1) with one seed, 2(S − 1) "
+        "with several (hence S = 2 can have less power than S = 1); the leaderboard pools the seed "
+        "variance over all multi-seed rows of a column, with more degrees of freedom, so for S ≥ 2 "
+        "these figures are conservative."
+    )
     if len({s for s, _ in p.grid}) > 1 and not math.isnan(c.tau2) and c.sigma_a2 > 0:
         lines.append(
             "More repetitions cannot replace seeds: with S seeds the standard error of a difference "
