@@ -202,3 +202,22 @@ def test_rows_of_classes_keeps_order_and_names_missing_classes() -> None:
     assert rows_of_classes(labels, [], "Dataset 'x'").tolist() == []
     with pytest.raises(DataError, match=r"Dataset 'x' has no class\(es\) \[7\]; it has 3 classes"):
         rows_of_classes(labels, [2, 7], "Dataset 'x'")
+
+
+@pytest.mark.parametrize("side", [40, 64])  # PIL warns above its limit, raises above twice it
+def test_folder_refuses_a_decompression_bomb_stating_the_limit(
+    side: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmark.data.folder import load_folder
+
+    for c in range(2):
+        (tmp_path / "root" / f"c{c}").mkdir(parents=True)
+        Image.new("L", (8, 8)).save(tmp_path / "root" / f"c{c}" / "small.png")
+    bomb = tmp_path / "root" / "c1" / "bomb.png"
+    Image.new("L", (side, side)).save(bomb)
+    # The real limit is ~89 M pixels (a 20000x20000 PNG); a small one makes a small bomb.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(DataError) as info:
+        load_folder(DatasetOptions(tmp_path / "root", 16, tmp_path / "cache"))
+    message = str(info.value)
+    assert f"Image {bomb} is too large to decode" in message and "The decode limit is 1,000 pixels" in message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -31,9 +33,17 @@ def load_folder(options: DatasetOptions) -> ImageDataset:
     pil = []
     for _, path in files:
         try:
-            with Image.open(path) as im:
-                im.load()
-                pil.append(im.copy())
+            with warnings.catch_warnings():
+                # PIL only warns between its limit and twice it; both are refused here, before decoding.
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as im:
+                    im.load()
+                    pil.append(im.copy())
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise DataError(
+                f"Image {path} is too large to decode: {exc} The decode limit is "
+                f"{Image.MAX_IMAGE_PIXELS:,} pixels (PIL.Image.MAX_IMAGE_PIXELS); resize the image."
+            ) from None
         except (UnidentifiedImageError, OSError) as exc:
             raise DataError(f"Cannot read image {path}: {exc}") from exc
     gray = all(im.mode in ("L", "1", "I;16", "I") for im in pil)
