@@ -411,7 +411,64 @@ def _test(check: _Check, data: Mapping[str, Any], kind: str) -> TestResults:
         name: _interval(check, cell, f"test.extra_summary.{name}")
         for name, cell in check.opt_obj(test, "extra_summary", "test.").items()
     }
+    config = data.get("config")
+    test_config = config.get("test") if isinstance(config, Mapping) else None
+    level = test_config.get("confidence", 0.95) if isinstance(test_config, Mapping) else 0.95
+    confidence = float(level) if isinstance(level, int | float) and 0 < level < 1 else 0.95
+    _check_values(check, reps, summary, per_rep, extra, confidence)
     return TestResults(reps, metrics, modes, "modes" in test, summary, per_rep, extra)
+
+
+#: How far a stored summary may be from the one its per-rep values give (float round-off only).
+SUMMARY_RTOL = 1e-6
+
+
+def _check_values(
+    check: _Check,
+    reps: int,
+    summary: Mapping[str, Mapping[str, Interval]],
+    per_rep: Mapping[str, Mapping[str, tuple[float, ...]]],
+    extra: Mapping[str, Interval],
+    confidence: float,
+) -> None:
+    """Values, not just shapes: finite numbers, as many per-rep values as ``test.reps``, and
+    summaries that are the t-intervals of their per-rep values. A record failing these would be
+    rendered (a 1e999 mean shown bold as the best), so it is refused, naming the key."""
+    cells = [(f"test.summary.{mode}.{m}", c) for mode, cs in summary.items() for m, c in cs.items()]
+    cells += [(f"test.extra_summary.{name}", c) for name, c in extra.items()]
+    for key, cell in cells:
+        if cell.mean is not None and not math.isfinite(cell.mean):
+            check.fail(f"{key}.mean", "a finite number or null", cell.mean)
+        if cell.half_width is not None and not (math.isfinite(cell.half_width) and cell.half_width >= 0):
+            check.fail(f"{key}.half_width", "a finite number >= 0 or null", cell.half_width)
+    for mode, values in per_rep.items():
+        for m, reps_values in values.items():
+            key = f"test.per_rep.{mode}.{m}"
+            for i, v in enumerate(reps_values):
+                if not math.isfinite(v):
+                    check.fail(f"{key}[{i}]", "a finite number", v)
+            if len(reps_values) != reps:
+                check.fail(key, f"a list of test.reps = {reps} values", list(reps_values))
+            stored = summary.get(mode, {}).get(m)
+            if stored is None or stored.mean is None or not reps_values:
+                continue
+            from benchmark.stats.intervals import t_interval
+
+            ref = t_interval(reps_values, confidence)
+            if not math.isclose(stored.mean, ref.mean, rel_tol=SUMMARY_RTOL, abs_tol=1e-12):
+                check.fail(f"test.summary.{mode}.{m}.mean", f"the mean of {key} ({ref.mean!r})", stored.mean)
+            hw = stored.half_width
+            known = hw is not None and math.isfinite(ref.half_width)
+            if (
+                hw is not None
+                and known
+                and not math.isclose(hw, ref.half_width, rel_tol=SUMMARY_RTOL, abs_tol=1e-12)
+            ):
+                check.fail(
+                    f"test.summary.{mode}.{m}.half_width",
+                    f"the {confidence:.0%} t half-width of {key} ({ref.half_width!r})",
+                    hw,
+                )
 
 
 def _search(check: _Check, data: Mapping[str, Any]) -> Search | None:

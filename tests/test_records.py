@@ -4,6 +4,7 @@ file and the key, records without ``kind`` migrate by the stated rule."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,39 @@ def test_a_record_over_the_size_limit_is_not_read(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(benchmark.records, "MAX_RECORD_BYTES", 100)
     with pytest.raises(RecordError, match=f"{path} is 209 bytes, over the 100-byte limit"):
         load_record(path)
+
+
+# -- values, not just shapes ------------------------------------------------------------------------
+
+
+def _valid_record() -> dict[str, Any]:
+    return make_record("ms", "MS", {"map_at_r": 0.3, "precision_at_1": 0.6, "r_precision": 0.4}, "1")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key"),
+    [
+        (lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(mean=float("inf")), "map_at_r.mean"),
+        (lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(mean=float("nan")), "map_at_r.mean"),
+        (lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(mean=0.9), "map_at_r.mean"),
+        (lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(half_width=0.5), "half_width"),
+        (lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(half_width=-0.01), "half_width"),
+        (lambda r: r["test"]["per_rep"]["separated"].update(map_at_r=[]), "test.per_rep.separated.map_at_r"),
+        (lambda r: r["test"]["per_rep"]["separated"]["map_at_r"].append(float("inf")), "map_at_r[3]"),
+    ],
+)
+def test_records_are_validated_for_values(mutate: Any, key: str, tmp_path: Path) -> None:
+    """A 1e999 or NaN mean, per-rep lists that disagree with test.reps, and summaries that are not
+    the intervals of their values are refused naming the key (never rendered, never bold)."""
+    record = _valid_record()
+    parse_record(json.loads(json.dumps(record)), "ok")  # the unchanged record is valid
+    mutate(record)
+    with pytest.raises(RecordError, match=re.escape(key)):
+        parse_record(record, "bad")
+    # Through the CLI: exit 2 with the message, no traceback.
+    folder = tmp_path / "glyphs" / "mlrc" / "records"
+    folder.mkdir(parents=True)
+    (folder / "ms.json").write_text(json.dumps(record, allow_nan=True))
+    from benchmark.cli.main import main
+
+    assert main(["report", "--results-dir", str(tmp_path), "--dataset", "glyphs"]) == 2
