@@ -167,3 +167,25 @@ def test_run_seeds_runs_the_protocol_once_per_seed(monkeypatch: pytest.MonkeyPat
     assert main(["run", "--loss", "ms", "--seeds", "1,1"]) == 2
     assert main(["run", "--loss", "ms", "--seeds", "1", "--seed", "2"]) == 2
     assert calls == [2, 0, 1]
+
+
+def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None:
+    from benchmark.report.leaderboard import markdown_text
+
+    board = _board()
+    for r in board:
+        r["execution"] = {"torch_threads_per_job": 1}
+        r["environment"]["cpu_capability"] = "AVX2"
+    same = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
+    assert "Records made with different" not in same
+    board[1]["execution"]["torch_threads_per_job"] = 2  # a's seed 1, run with --jobs 1 on 2 cores
+    board[4]["environment"]["cpu_capability"] = "AVX512"
+    text = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
+    assert (
+        "Records made with different torch threads per fold "
+        "(1: a/seed0, b/seed0, b/seed1, c/seed0, d/seed0; 2: a/seed1)" in text
+    )
+    assert (
+        "Records made with different CPU kinds "
+        "(AVX2: a/seed0, a/seed1, b/seed0, b/seed1, d/seed0; AVX512: c/seed0)" in text
+    )

@@ -672,6 +672,37 @@ def code_footer(records: Sequence[RecordLike]) -> list[str]:
     return out
 
 
+def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
+    """A warning line when the records behind a table were trained with different torch threads
+    per fold or on different CPU kinds: their numbers are then not bit-for-bit comparable (fold
+    results depend on both; `--jobs 1` and `--jobs 2` give different threads per fold)."""
+
+    def setting(r: RunRecord, section: str, key: str) -> str:
+        value = r.document.get(section, {}).get(key) if isinstance(r.document.get(section), Mapping) else None
+        return "unrecorded" if value is None else str(value)
+
+    typed = [as_record(r) for r in records]
+    out = []
+    for section, key, what in (
+        ("execution", "torch_threads_per_job", "torch threads per fold"),
+        ("environment", "cpu_capability", "CPU kinds"),
+    ):
+        groups: dict[str, list[str]] = {}
+        for r in typed:
+            label = r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
+            groups.setdefault(setting(r, section, key), []).append(label)
+        if len(groups) > 1:
+            parts = "; ".join(
+                f"{value}: {', '.join(sorted(names))}" for value, names in sorted(groups.items())
+            )
+            out.append(
+                f"Records made with different {what} ({parts}): fold results depend on the torch "
+                "threads per fold (set by --jobs) and on the CPU kind's rounding, so these would not "
+                "reproduce bit for bit on one machine and setting."
+            )
+    return out
+
+
 def _plain(x: float | None) -> str:
     value = nan_if_none(x)
     return "–" if math.isnan(value) else f"{value:.3g}"
@@ -742,6 +773,11 @@ def markdown_text(lb: Leaderboard) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _row_records(s: Section, row: Row) -> list[RunRecord]:
+    """The records folded into ``row`` (one per seed)."""
+    return [r for r in replicates_per_loss(s.records).get(row.loss, []) if r.seed in row.seeds]
+
+
 def tier_footer(s: Section) -> list[str]:
     """Per column: how many losses share the best tier, out of how many, over how many pairs."""
     parts = []
@@ -771,6 +807,7 @@ def _markdown_footer(s: Section) -> list[str]:
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]
     out += code_footer(s.chosen)
+    out += reproducibility_footer([r for row in s.trained for r in _row_records(s, row)])
     devs = s.deviations()
     if devs:
         out += ["", "Deviations from the paper protocol:", ""]
