@@ -24,7 +24,13 @@ KILL_POINTS = (
 )
 
 
+#: ``INT`` sends SIGINT instead (an interrupt the process can clean up after, as Ctrl-C).
+SIGNAL_ENV = "DMLBENCH_KILL_SIGNAL"
+
+
 def kill_point(name: str) -> None:
-    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name``."""
+    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT with
+    ``DMLBENCH_KILL_SIGNAL=INT``)."""
     if os.environ.get(ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+        sig = signal.SIGINT if os.environ.get(SIGNAL_ENV) == "INT" else signal.SIGKILL
+        os.kill(os.getpid(), sig)

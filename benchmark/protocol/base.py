@@ -10,9 +10,11 @@ The leaderboard is the caller's (:func:`benchmark.api.run` refreshes it after th
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,20 @@ from benchmark.protocol.train import StepCallback
 from benchmark.search.storage import is_database_url
 
 RECORD_SCHEMA = "dmlbench.run/1"
+
+
+#: Timings of the invocations that worked in a run directory without finishing it.
+TIMINGS_FILE = "timings.json"
+
+
+def add_timings(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per step, the sum over invocations (rounded to ms), keys in first-seen order."""
+    out: dict[str, float] = {}
+    for t in parts:
+        for key, value in t.items():
+            if isinstance(value, int | float):
+                out[key] = round(out.get(key, 0.0) + float(value), 3)
+    return out
 
 
 @dataclass
@@ -188,6 +204,8 @@ class ProtocolRun:
         )
         if not self.resumed:
             write_json_atomic(ident_path, identity)
+        # A record in the run directory is written last: the run finished in an earlier invocation.
+        self.finished_before = self.resumed and (self.run_dir / "record.json").exists()
         self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
 
     # -- step 5: the protocol's -----------------------------------------------------------------
@@ -246,13 +264,13 @@ class ProtocolRun:
         raise NotImplementedError
 
     def write_record(self) -> None:
-        """Write the record into the run directory, then under ``results_dir`` (the leaderboard's input)."""
-        self.record = self.build_record()
-        # Which code trained its folds (from the folds themselves: every protocol's, plugins' too)
-        # and which wrote it.
-        self.record["code"] = code_summary(self.record, code_identity(), self.code_history)
-        write_json_atomic(self.run_dir / "record.json", self.record)
-        kill_point("record.run_dir")
+        """Write the record into the run directory, then under ``results_dir`` (the leaderboard's input).
+
+        ``timings_s`` adds up every invocation that worked in the run directory (the earlier ones
+        from ``timings.json``), so a resumed run's record counts its whole wall time. A run
+        directory whose record is already written is finished: a re-run reuses its record as it
+        is (byte-identical), after writing it back under ``results_dir`` if it went missing there.
+        """
         req = self.request
         self.record_path = (
             req.results_dir
@@ -261,7 +279,44 @@ class ProtocolRun:
             / "records"
             / f"{self.loss_spec.name}.{req.budget}.seed{req.seed}.json"
         )
+        finished = self.run_dir / "record.json"
+        if self.finished_before:
+            self.record = read_json(finished)
+            self.record_written = True
+            if not self.record_path.exists() or read_json(self.record_path) != self.record:
+                write_json_atomic(self.record_path, self.record)
+            return
+        self.record = self.build_record()
+        earlier = self.earlier_timings()
+        self.record["timings_s"] = add_timings([*earlier, dict(self.watch.timings)])
+        self.record.setdefault("execution", {})["invocations"] = len(earlier) + 1
+        # Which code trained its folds (from the folds themselves: every protocol's, plugins' too)
+        # and which wrote it.
+        self.record["code"] = code_summary(self.record, code_identity(), self.code_history)
+        write_json_atomic(finished, self.record)
+        self.record_written = True
+        kill_point("record.run_dir")
         write_json_atomic(self.record_path, self.record)
+
+    def earlier_timings(self) -> list[dict[str, float]]:
+        """The timings of earlier invocations in this run directory (``timings.json``)."""
+        path = self.run_dir / TIMINGS_FILE
+        data = read_json(path) if path.exists() else []
+        return [dict(t) for t in data] if isinstance(data, list) else []
+
+    def save_unfinished_timings(self) -> None:
+        """Append this invocation's timings to ``timings.json`` when it ends without a record (an
+        error or an interrupt; a SIGKILLed process cannot, and its time is not counted). Only the
+        run directory's owner does (not a process refused as a second owner, not a worker)."""
+        if self.__dict__.get("_lock") is None or getattr(self, "record_written", False):
+            return
+        if getattr(self, "finished_before", False):
+            return  # the run had finished: its record stays as it is
+        # The error being raised matters more than this invocation's timings.
+        with contextlib.suppress(OSError, DmlbenchError):
+            write_json_atomic(
+                self.run_dir / TIMINGS_FILE, [*self.earlier_timings(), dict(self.watch.timings)]
+            )
 
     def step_status(self, where: str) -> StepCallback:
         """A per-step callback showing ``where`` and the step as a heartbeat (slow epochs only)."""
@@ -287,6 +342,10 @@ class ProtocolRun:
             self.execute()
             self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
             self.write_record()
+        except BaseException:
+            self.watch.timings["total"] = round(time.perf_counter() - t0, 3)
+            self.save_unfinished_timings()
+            raise
         finally:
             self.release_run_dir()
         return RunResult(self.record_path, self.run_dir, [], self.record)
