@@ -114,14 +114,34 @@ _SOP_INSHOP_TRADITIONAL: Mapping[str, Any] = {
     "model.freeze_trunk_bn": False,
     "model.freeze_trunk_bn_affine": False,
 }
+#:
+#: MLRC's search ranges where they differ by dataset from the loss's declared range (docs/protocols.md
+#: §3): read from the published Ax plot files of MLRC's searches, docs/papers/mlrc_plots/<file>.html in
+#: KevinMusgrave/powerful-benchmarker, branch metric-learning (the contour plots' axis ranges; the
+#: scale, linear or log, is the loss's, as for any ``space.*`` setting). Files per entry:
+#: cub200 ms.alpha: cub_multi_similarity; softtriple.gamma: cub_soft_triple; ntxent.temperature:
+#: cub_ntxent (one dimension, no contour plot: the lowest of its 50 trials is exactly 1e-4, against
+#: exactly 1e-5 in cars_ntxent and sop_ntxent, and no trial there exceeds 55.4, so the upper bound
+#: stays the declared 100). sop arcface.scale: sop_arcface; ms-miner.beta:
+#: sop_multi_similarity_with_ms_miner; softtriple.la: sop_soft_triple. Cars196 uses every declared range.
+MLRC_CUB_RANGES: Mapping[str, Any] = {
+    "space.ms.alpha": [0.001, 100.0],
+    "space.softtriple.gamma": [1e-4, 100.0],
+    "space.ntxent.temperature": [1e-4, 100.0],
+}
+MLRC_SOP_RANGES: Mapping[str, Any] = {
+    "space.arcface.scale": [0.01, 300.0],
+    "space.ms-miner.beta": [0.01, 200.0],
+    "space.softtriple.la": [0.01, 200.0],
+}
 PAPER_SETTINGS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
-    "cub200": {"mlrc": {"train.eval_every": 2, "train.patience": 5}},
+    "cub200": {"mlrc": {"train.eval_every": 2, "train.patience": 5, **MLRC_CUB_RANGES}},
     "cars196": {
         "mlrc": {"train.eval_every": 5, "train.patience": 3},
         "traditional": {"train.lr_decay_step": 20},
     },
     "sop": {
-        "mlrc": {"train.eval_every": 20, "train.patience": 2},
+        "mlrc": {"train.eval_every": 20, "train.patience": 2, **MLRC_SOP_RANGES},
         "traditional": {"protocol.train_classes": 11318, **_SOP_INSHOP_TRADITIONAL},
     },
     "inshop": {"traditional": {**_SOP_INSHOP_TRADITIONAL}},

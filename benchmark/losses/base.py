@@ -108,7 +108,9 @@ class LossSpec:
     defaults: Mapping[str, float]
     """Every hyperparameter with its default, including ``param_lr`` when ``has_parameters``."""
     search_space: Mapping[str, SearchDim]
-    """The tuned hyperparameters (keys are a subset of ``defaults``), MLRC ranges (docs/protocols.md §3)."""
+    """The tuned hyperparameters (keys are a subset of ``defaults``): MLRC's Cars196 ranges for the
+    losses MLRC ran; the CUB and SOP ranges that differ are those datasets' paper settings
+    (benchmark.data.specs.PAPER_SETTINGS, docs/protocols.md §3)."""
     pair_based: bool
     """True: the sampler draws m = 4 images per class; False: m = 1 (class/proxy-based)."""
     has_parameters: bool

@@ -1,4 +1,6 @@
-"""Baseline losses from pytorch-metric-learning (PML), with the MLRC search spaces of docs/protocols.md §3.
+"""Baseline losses from pytorch-metric-learning (PML), with MLRC's Cars196 search ranges
+(docs/protocols.md §3; the CUB and SOP ranges that differ are those datasets' paper settings,
+benchmark.data.specs).
 
 Each factory builds the PML class with the hyperparameters named as in docs/protocols.md §3; where it gives no
 default the PML constructor default is used. All of these are cosine-space losses: PML's default
