@@ -368,6 +368,22 @@ LIGHT_COMMANDS = {
     "bad value": (["run", "--loss", "mfcont", "--set", "train.lr=-1"], 2),
     "bad device": (["run", "--loss", "mfcont", "--device", "bogus"], 2),
     "report without records": (["report", "--results-dir", "/nonexistent"], 2),
+    # Counts out of range: checked before torch is imported (they were reported after it).
+    **{
+        f"bad count {key} ({budget})": (
+            ["run", "--loss", "ms", "--budget", budget, "--set", f"{key}={value}"],
+            2,
+        )
+        for key, value in (
+            ("train.batch_size", 0),
+            ("train.max_epochs", 0),
+            ("data.image_size", 0),
+            ("model.embedding_dim", 0),
+            ("test.reps", 0),
+            ("train.patience", -1),
+        )
+        for budget in ("smoke", "mini")
+    },
 }
 
 

@@ -135,6 +135,9 @@ def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
 
 def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
+    # The counts first: they need nothing imported, while the checks below read weight files and
+    # import torch (seconds before a typo'd --set train.batch_size=0 would be reported).
+    check_counts(c, positive)
     DATASETS.get(c.data.dataset)
     spec = trunk_spec(c.model.trunk)
     if c.model.trunk_weights and not c.model.pretrained:
@@ -180,6 +183,10 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     from benchmark.protocol.training_options import validate_training_options  # imports torch
 
     validate_training_options(c)
+
+
+def check_counts(c: RunConfig, positive: Mapping[str, int]) -> None:
+    """Counts ``positive`` >= 1 and test.reps >= 2 (torch-free)."""
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}.")
@@ -206,6 +213,7 @@ def preflight(req: RunRequest) -> RunConfig:
     LOSSES.get(req.loss)
     config, _ = resolve_run_config(*request_layers(req), dataset_paper_settings)
     if config.model.pretrained and not config.model.trunk_weights:
+        check_counts(config, positive_counts(config, COMMON_POSITIVE))
         return config
     validate_common(config, positive_counts(config, COMMON_POSITIVE))
     return config
