@@ -368,6 +368,7 @@ LIGHT_COMMANDS = {
     "bad value": (["run", "--loss", "mfcont", "--set", "train.lr=-1"], 2),
     "bad device": (["run", "--loss", "mfcont", "--device", "bogus"], 2),
     "report without records": (["report", "--results-dir", "/nonexistent"], 2),
+    "no data dir": (["run", "--loss", "ms", "--dataset", "omniglot"], 2),
     # Counts out of range: checked before torch is imported (they were reported after it).
     **{
         f"bad count {key} ({budget})": (

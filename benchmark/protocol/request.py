@@ -18,7 +18,7 @@ from typing import Any
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file
 from benchmark.data import DATASETS
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, DataError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.pretrained import is_builtin, weights_record
@@ -185,6 +185,18 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     validate_training_options(c)
 
 
+def check_data_dir(c: RunConfig) -> None:
+    """A dataset that reads files needs a data directory (torch-free, so the mistake is reported
+    before seconds of imports). A given directory's contents are checked by the dataset's loader,
+    whose error names the layout it expects."""
+    spec = DATASETS.get(c.data.dataset)
+    if spec.requires_data_dir and not c.data.data_dir:
+        raise DataError(
+            f"Dataset {c.data.dataset!r} reads files from disk: pass its folder with --data-dir PATH "
+            "(or --set data.data_dir=PATH)."
+        )
+
+
 def check_counts(c: RunConfig, positive: Mapping[str, int]) -> None:
     """Counts ``positive`` >= 1 and test.reps >= 2 (torch-free)."""
     for key, value in positive.items():
@@ -212,6 +224,7 @@ def preflight(req: RunRequest) -> RunConfig:
     check_request(req)
     LOSSES.get(req.loss)
     config, _ = resolve_run_config(*request_layers(req), dataset_paper_settings)
+    check_data_dir(config)
     if config.model.pretrained and not config.model.trunk_weights:
         check_counts(config, positive_counts(config, COMMON_POSITIVE))
         return config
