@@ -272,7 +272,8 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
         "--results-dir",
         str(tmp_path / "results"),
     ]
-    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    # Every epoch line in the (non-terminal) log: the test waits for epochs of two folds.
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir), "DMLBENCH_PROGRESS": "all"}
     # Own session: the SIGINT goes to the whole process group, as a terminal's Ctrl-C does.
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmark.cli.main", *args],

@@ -205,7 +205,9 @@ class ProtocolRun:
         if not self.resumed:
             write_json_atomic(ident_path, identity)
         # A record in the run directory is written last: the run finished in an earlier invocation.
-        self.finished_before = self.resumed and (self.run_dir / "record.json").exists()
+        # Reused as it is when this code wrote it; other code (--resume-mixed-code) rewrites it, so
+        # that the record names its writer (docs/protocols.md §6).
+        self.finished_before = self.resumed and self._written_by_this_code(self.run_dir / "record.json")
         self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
 
     # -- step 5: the protocol's -----------------------------------------------------------------
@@ -297,6 +299,14 @@ class ProtocolRun:
         self.record_written = True
         kill_point("record.run_dir")
         write_json_atomic(self.record_path, self.record)
+
+    @staticmethod
+    def _written_by_this_code(path: Path) -> bool:
+        if not path.exists():
+            return False
+        record = read_json(path)
+        code = record.get("code") if isinstance(record, dict) else None
+        return isinstance(code, dict) and code.get("writer") == code_identity()
 
     def earlier_timings(self) -> list[dict[str, float]]:
         """The timings of earlier invocations in this run directory (``timings.json``)."""

@@ -8,9 +8,14 @@ most one other status line per :data:`HEARTBEAT_LOG_S` as a heartbeat.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from typing import TextIO
+
+#: ``DMLBENCH_PROGRESS=all``: in a log, write every status line (each epoch's too), as before the
+#: compact log; for debugging and for tests that watch epochs.
+PROGRESS_ENV = "DMLBENCH_PROGRESS"
 
 #: Least seconds between heartbeat lines: often on a terminal (one line is rewritten in place),
 #: rarely in a log, where each becomes a line of its own.
@@ -35,6 +40,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.quiet = quiet
         self.tty = self.stream.isatty()
+        self.every_line = os.environ.get(PROGRESS_ENV) == "all"
         self._fold_times: list[float] = []
         self._last_len = 0
         self._last_write = -math.inf
@@ -61,7 +67,7 @@ class Progress:
         if self.quiet:
             return
         quiet_spell = time.monotonic() - self._last_write >= HEARTBEAT_LOG_S
-        if not self.tty and not (persistent or milestone or quiet_spell):
+        if not self.tty and not (persistent or milestone or quiet_spell or self.every_line):
             return
         line = f"{text} | ETA {self.eta()}"
         if self.tty:
