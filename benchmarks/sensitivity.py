@@ -1,0 +1,263 @@
+"""How much the ``mini`` budget's own settings move the omniglot board (docs/sensitivity.md).
+
+MLRC's headline is that class/proxy losses beat pair-based ones by about one MAP@R point; on the
+``mini`` boards the gap is several points. Part of that may be ``mini``'s short patience, its few
+trials and its dense validation. This script reruns the MLRC protocol at ``mini`` with one setting
+changed at a time and compares each loss's test MAP@R with its committed ``mini`` row:
+
+* ``patience5``: ``train.patience = 5`` (MLRC's CUB patience; ``mini`` has 2);
+* ``trials25``: ``search.n_trials = 25`` (``mini`` has 10);
+* ``eval100``: ``train.eval_every = 2``, validation every 100 iterations instead of 50 (the
+  patience, counted in validations, then also spans twice the iterations, as in MLRC's schedules);
+* ``double``: patience 4 and 20 trials, the "budget-insensitive" check of a calibrated ``mini``.
+
+Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
+the heavy-work lock so nothing else heavy shares the cores)::
+
+    python benchmarks/sensitivity.py run [--variants patience5,trials25] [--losses contrastive,...]
+    python benchmarks/sensitivity.py table [--out docs/sensitivity.md]
+
+``run`` writes each variant's records under ``results/sensitivity/<variant>/`` (search seed 0
+only: a variant costs 1-3x a ``mini`` run). ``table`` compares them with the committed ``mini``
+rows ``results/omniglot/mlrc/records/<loss>.mini.seed*.json``.
+
+**Statistics.** The committed ``mini`` row of a loss is the mean of its search seeds' means; a
+variant has one search seed. The variance of a seed mean (tau^2: the search plus test-repetition
+noise, ``benchmark.stats.seeds``) is pooled over the baseline rows of the six losses, and the
+change variant - baseline has variance tau^2 (1/S_variant + 1/S_baseline) on the pool's degrees of
+freedom. This assumes a variant's seed-to-seed spread is that of ``mini``; with one variant seed it
+cannot be checked, and the table says so. The family gap is the mean of the class/proxy losses'
+rows minus the mean of the pair-based rows, its variance summed the same way. Each interval is
+95% and uncorrected: it describes a change, it does not test one (tests over the losses would be
+Holm-corrected over the table's cells).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmark.records import RunRecord, load_record  # noqa: E402
+from benchmark.stats.seeds import Estimate, difference, pooled_seed_variance  # noqa: E402
+
+#: Variant name -> the ``--set`` overrides it applies to ``mini``.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "patience5": ("train.patience=5",),
+    "trials25": ("search.n_trials=25",),
+    "eval100": ("train.eval_every=2",),
+    "double": ("train.patience=4", "search.n_trials=20"),
+}
+#: The losses of the study and their family (the issue's pair-based vs class/proxy split).
+FAMILIES: dict[str, str] = {
+    "contrastive": "pair",
+    "triplet": "pair",
+    "ms": "pair",
+    "margin": "pair",
+    "arcface": "class/proxy",
+    "proxyanchor": "class/proxy",
+}
+DATASET = "omniglot"
+BASELINE = REPO / "results" / DATASET / "mlrc" / "records"
+OUT_ROOT = REPO / "results" / "sensitivity"
+LOCK = Path(os.environ.get("DMLBENCH_HEAVY_LOCK", "/tmp/dmlbench-heavy.lock"))
+MODES = (("separated", "separated (128-d)"), ("concatenated", "concatenated (512-d)"))
+METRIC = "map_at_r"
+
+
+@contextmanager
+def heavy_lock() -> Iterator[None]:
+    """Hold the machine's heavy-work lock (one heavy job at a time on a 2-core host)."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_command(variant: str, loss: str, data_dir: Path, seed: int) -> list[str]:
+    """The ``dmlbench run`` command of one variant run."""
+    cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--protocol", "mlrc", "--loss", loss]
+    cmd += ["--dataset", DATASET, "--data-dir", str(data_dir), "--budget", "mini", "--seed", str(seed)]
+    for override in VARIANTS[variant]:
+        cmd += ["--set", override]
+    cmd += ["--results-dir", str(OUT_ROOT / variant), "--out", str(REPO / "runs" / "sensitivity" / variant)]
+    return [*cmd, "--quiet"]
+
+
+def record_path(variant: str, loss: str, seed: int) -> Path:
+    return OUT_ROOT / variant / DATASET / "mlrc" / "records" / f"{loss}.mini.seed{seed}.json"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    for variant in args.variants:
+        for loss in args.losses:
+            if record_path(variant, loss, args.seed).exists():
+                print(f"{variant} {loss}: record exists, skipped", flush=True)
+                continue
+            cmd = run_command(variant, loss, args.data_dir, args.seed)
+            with heavy_lock():
+                print(f"{variant} {loss}: {' '.join(cmd[1:])}", flush=True)
+                code = subprocess.call(cmd, cwd=REPO)
+            print(f"{variant} {loss}: exit {code}", flush=True)
+            if code != 0:
+                return code
+    return 0
+
+
+def rep_values(record: RunRecord, mode: str) -> tuple[float, ...]:
+    """The record's per-repetition test values of MAP@R in ``mode``."""
+    return tuple(record.test.per_rep[mode][METRIC])
+
+
+@dataclass(frozen=True)
+class Row:
+    loss: str
+    baseline: Estimate
+    variants: dict[str, Estimate]
+
+
+def seed_estimate(groups: Sequence[Sequence[float]], tau2: float, df: int) -> Estimate:
+    """Mean of seed means with variance tau2 / S on the pool's df (see the module docstring)."""
+    means = [sum(g) / len(g) for g in groups]
+    return Estimate(
+        sum(means) / len(means),
+        tau2 / len(means),
+        float(df),
+        len(means),
+        sum(map(len, groups)),
+        "search and training seeds",
+        pooled=True,
+    )
+
+
+def load_groups(paths: Sequence[Path], mode: str) -> list[tuple[float, ...]]:
+    return [rep_values(load_record(p), mode) for p in paths]
+
+
+def fmt(value: float, half: float) -> str:
+    return f"{100 * value:+.2f} ± {100 * half:.2f}" if not math.isnan(half) else f"{100 * value:+.2f}"
+
+
+def gap(estimates: dict[str, Estimate]) -> Estimate:
+    """Mean of the class/proxy rows minus the mean of the pair rows (variances summed)."""
+    fams = {
+        f: [estimates[loss] for loss, g in FAMILIES.items() if g == f and loss in estimates]
+        for f in ("class/proxy", "pair")
+    }
+    mean = sum(e.mean for e in fams["class/proxy"]) / len(fams["class/proxy"]) - sum(
+        e.mean for e in fams["pair"]
+    ) / len(fams["pair"])
+    var = sum(e.var_mean for e in fams["class/proxy"]) / len(fams["class/proxy"]) ** 2
+    var += sum(e.var_mean for e in fams["pair"]) / len(fams["pair"]) ** 2
+    any_e = next(iter(estimates.values()))
+    return Estimate(mean, var, any_e.df, 0, 0, any_e.scope, pooled=True)
+
+
+def table(mode: str, label: str, variants: Sequence[str]) -> list[str]:
+    """The Markdown section of one evaluation mode."""
+    baseline_paths = {loss: sorted(BASELINE.glob(f"{loss}.mini.seed*.json")) for loss in FAMILIES}
+    base_groups = {loss: load_groups(paths, mode) for loss, paths in baseline_paths.items()}
+    tau2, df = pooled_seed_variance(list(base_groups.values()))
+    base = {loss: seed_estimate(g, tau2, df) for loss, g in base_groups.items()}
+    lines = [f"### {label}", ""]
+    lines.append(
+        f"Pooled seed-mean variance: tau = {100 * math.sqrt(tau2):.2f} points on {df} degrees of freedom."
+    )
+    lines.append("")
+    head = "| loss | family | mini (seeds) | " + " | ".join(f"{v}: change" for v in variants) + " |"
+    lines += [head, "|" + "---|" * (3 + len(variants))]
+    var_est: dict[str, dict[str, Estimate]] = {v: {} for v in variants}
+    for loss, family in FAMILIES.items():
+        cells = [loss, family, f"{100 * base[loss].mean:.2f} ({base[loss].n_seeds})"]
+        for v in variants:
+            paths = sorted((OUT_ROOT / v / DATASET / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
+            if not paths:
+                cells.append("not run")
+                continue
+            est = seed_estimate(load_groups(paths, mode), tau2, df)
+            var_est[v][loss] = est
+            d = difference(est, base[loss])
+            lo, hi = d.interval()
+            cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)"))
+        lines.append("| " + " | ".join(cells) + " |")
+    base_gap = gap(base)
+    cells = ["**family gap**", "class/proxy − pair", fmt(base_gap.mean, base_gap.half_width)]
+    for v in variants:
+        if set(var_est[v]) != set(FAMILIES):
+            cells.append("incomplete")
+            continue
+        d = difference(gap(var_est[v]), base_gap)
+        lo, hi = d.interval()
+        cells.append(f"{100 * gap(var_est[v]).mean:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
+    lines += ["| " + " | ".join(cells) + " |", ""]
+    return lines
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    lines = [
+        "# Sensitivity of the `mini` board to its own settings",
+        "",
+        "Generated by `python benchmarks/sensitivity.py table`; do not edit by hand. Dataset omniglot,",
+        "protocol mlrc, budget `mini` with one setting changed (see the script's docstring for the",
+        "statistics). Cells: change of test MAP@R in points, variant − committed `mini` row, with its 95%",
+        "interval; each variant is one search seed, so the interval assumes its seed-to-seed spread is",
+        "`mini`'s (pooled over the six losses' three seeds). The family gap row gives the variant's gap",
+        "and its change.",
+        "",
+        "Variants: "
+        + "; ".join(f"`{v}` = " + ", ".join(f"`{o}`" for o in VARIANTS[v]) for v in args.variants)
+        + ".",
+        "",
+    ]
+    for mode, label in MODES:
+        lines += table(mode, label, args.variants)
+    text = "\n".join(lines).rstrip() + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def parse_list(text: str, valid: Sequence[str], what: str) -> list[str]:
+    items = [t for t in text.split(",") if t]
+    unknown = [t for t in items if t not in valid]
+    if unknown:
+        raise SystemExit(f"unknown {what} {unknown}; valid: {', '.join(valid)}")
+    return items
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the variants (resumable)")
+    r.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "omniglot")
+    r.add_argument("--seed", type=int, default=0)
+    for q in (r, sub.add_parser("table", help="write the comparison table")):
+        q.add_argument("--variants", default=",".join(VARIANTS))
+    r.add_argument("--losses", default=",".join(FAMILIES))
+    sub.choices["table"].add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    args.variants = parse_list(args.variants, list(VARIANTS), "variant")
+    if args.command == "run":
+        args.losses = parse_list(args.losses, list(FAMILIES), "loss")
+        return cmd_run(args)
+    return cmd_table(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
