@@ -52,16 +52,19 @@ def _toy(n_classes: int = 12, per_class: int = 6) -> tuple[ImageDataset, ImageDa
 
 
 def _train_with_validation(
-    monkeypatch: pytest.MonkeyPatch, values: list[float], **kw: Any
+    monkeypatch: pytest.MonkeyPatch, values: list[float], untrained: float = 0.0, **kw: Any
 ) -> tuple[FoldResult, list[int]]:
-    """Train a toy fold whose validation MAP@R follows ``values``; also return the evaluated epochs."""
-    seq: Iterator[float] = iter(values)
+    """Train a toy fold whose validation MAP@R is ``untrained`` at epoch 0 (the MLRC loop validates
+    the model before training; below every value here, so it is never the best) and then follows
+    ``values``; also return the numbers of the validations after training epochs (1, 2, ...)."""
+    validates_untrained = kw.get("validate_untrained", True)
+    seq: Iterator[float] = iter([untrained, *values] if validates_untrained else values)
     calls: list[int] = []
 
     def fake_evaluate(
         emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str]
     ) -> dict[str, float]:
-        calls.append(len(calls) + 1)
+        calls.append(len(calls) + (0 if validates_untrained else 1))
         return {"map_at_r": next(seq)}
 
     monkeypatch.setattr(train_module, "evaluate", fake_evaluate)
@@ -77,7 +80,7 @@ def _train_with_validation(
         device=CPU,
         **kw,
     )
-    return result, calls
+    return result, [c for c in calls if c > 0]
 
 
 def test_flat_validation_stops_by_patience(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,9 +111,9 @@ def test_time_limit_stops_at_the_first_validation(monkeypatch: pytest.MonkeyPatc
 
 
 def test_single_validation_schedule_stops_by_max_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The cbir protocol's schedule (eval_every = max_epochs): patience can never fire.
+    # The cbir protocol's schedule (eval_every = max_epochs, no epoch-0 candidate): patience can never fire.
     config = _config(**{"train.max_epochs": 3, "train.eval_every": 3, "train.patience": 1})
-    result, calls = _train_with_validation(monkeypatch, [0.2], config=config)
+    result, calls = _train_with_validation(monkeypatch, [0.2], config=config, validate_untrained=False)
     assert (result.stopped_by, result.epochs, len(calls)) == ("max_epochs", 3, 1)
 
 

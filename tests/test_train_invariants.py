@@ -94,11 +94,11 @@ def test_frozen_trunk_batchnorm_statistics_do_not_change(
 def test_best_validation_checkpoint_is_restored(
     fold: tuple[RunConfig, Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Validation scores 0.3, 0.9, 0.5 (scripted): the returned model is the one of epoch 2, not
-    the last one, and the result reports epoch 2."""
+    """Validation scores 0.1 (epoch 0, untrained), 0.3, 0.9, 0.5 (scripted): the returned model is
+    the one of epoch 2, not the last one, and the result reports epoch 2."""
     base, train, val = fold
     config = _with(base, "train", max_epochs=3, eval_every=1, patience=5)
-    scores = iter([0.3, 0.9, 0.5])
+    scores = iter([0.1, 0.3, 0.9, 0.5])
     snapshots: list[dict[str, torch.Tensor]] = []
     real_embed = train_module.embed_samples
 
@@ -111,11 +111,11 @@ def test_best_validation_checkpoint_is_restored(
     monkeypatch.setattr(train_module, "embed_samples", embed)
     monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"map_at_r": next(scores)})
     result, model = _train(config, train, val)
-    assert len(snapshots) == 3 and (result.best_epoch, result.best_val) == (2, 0.9)
+    assert len(snapshots) == 4 and (result.best_epoch, result.best_val) == (2, 0.9)
     state = model.state_dict()
-    assert all(torch.equal(state[k], snapshots[1][k]) for k in state)
+    assert all(torch.equal(state[k], snapshots[2][k]) for k in state)
     # Epochs 2 and 3 differ, so a model left at the last epoch fails the check above.
-    assert not all(torch.equal(snapshots[1][k], snapshots[2][k]) for k in state)
+    assert not all(torch.equal(snapshots[2][k], snapshots[3][k]) for k in state)
 
 
 def test_cpu_fold_training_runs_channels_last(fold: tuple[RunConfig, Any, Any]) -> None:

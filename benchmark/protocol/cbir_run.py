@@ -145,6 +145,8 @@ class CBIRRun(RepeatedRun):
             on_step=self.step_status(f"rep {r + 1}/{self.config.test.reps}"),
             optimizer=self.OPTIMIZER,
             sampling=self.SAMPLING,
+            # Nothing is selected: an untrained candidate would be a selection on the queries.
+            validate_untrained=False,
         )
         db = embed_samples(model, self.database_set, self.device)
         q = embed_samples(model, self.query_set, self.device)

@@ -156,6 +156,9 @@ class TraditionalRun(RepeatedRun):
             sampling=self.SAMPLING,
             # In-Shop: the epoch is selected on query -> gallery MAP@R, as the authors' code does.
             val_score=None if self.query_set is None else self.query_gallery_map_at_r,
+            # The authors' loop (st-tech/mft-in-dml code/train.py) first evaluates after training
+            # epoch 0 and starts its best at 0: the untrained model is never a candidate.
+            validate_untrained=False,
         )
         try:
             scores = self.score(model, list(self.config.test.metrics))

@@ -363,6 +363,7 @@ def train_with_loss(
     on_step: StepCallback | None = None,
     time_limit_s: float | None = None,
     val_score: Callable[[EmbeddingModel], float] | None = None,
+    validate_untrained: bool = True,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
@@ -377,6 +378,13 @@ def train_with_loss(
     ``val_score`` (None: MAP@R of ``val`` with query = gallery) scores the model in eval mode for
     early stopping instead, e.g. In-Shop's query → gallery MAP@R; it raises TrainingDiverged on
     non-finite embeddings itself.
+    ``validate_untrained`` (MLRC; the default) validates the model before the first training step
+    as epoch 0, a candidate for the best checkpoint like any later epoch: powerful-benchmarker
+    validates the untrained model ("best0") and keeps it when training never beats it. Patience
+    then counts the evaluations without strict improvement from epoch 0 on, and the curve starts
+    at epoch 0. False: the first validation is after epoch ``eval_every`` (the traditional
+    protocol, whose authors' loop does not validate before training, and the cbir protocol, which
+    selects nothing).
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -424,10 +432,28 @@ def train_with_loss(
     pin = device.type == "cuda"
     depth = default_prefetch_depth(train, device) if prefetch_depth is None else prefetch_depth
 
+    def validate(epoch: int) -> float:
+        """Validation MAP@R of the model as it is after ``epoch`` (eval mode)."""
+        if val_score is not None:
+            return val_score(model)
+        emb = embed_samples(model, val, device)
+        if not np.isfinite(emb).all():
+            raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
+        return float(evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"])
+
     best_val, best_epoch, since_best = -math.inf, 0, 0
     best_state = copy.deepcopy(model.state_dict())
     best_loss_state = copy.deepcopy(loss_fn.state_dict())
     curve: list[tuple[int, float]] = []
+    if validate_untrained:
+        # Epoch 0: the untrained model is the first candidate (best_state already holds it). The
+        # torch RNG state is restored afterwards so that validating cannot shift a draw of the
+        # training that follows; the sampler and the augmentation have their own generators.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            best_val = validate(0)
+        curve.append((0, best_val))
+        if on_epoch is not None:
+            on_epoch(0, best_val, best_val)
     epoch = 0
     stopped_by = "max_epochs"  # unless a rule below ends the loop first
     for epoch in range(1, tc.max_epochs + 1):
@@ -460,13 +486,7 @@ def train_with_loss(
         control.end_epoch()
         if epoch % tc.eval_every and epoch != tc.max_epochs:
             continue
-        if val_score is not None:
-            val_map = val_score(model)
-        else:
-            emb = embed_samples(model, val, device)
-            if not np.isfinite(emb).all():
-                raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
-            val_map = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"]
+        val_map = validate(epoch)
         curve.append((epoch, val_map))
         # Strict improvement resets patience (MLRC); ties do not.
         if val_map > best_val:
