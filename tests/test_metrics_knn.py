@@ -132,3 +132,63 @@ def test_collapsed_embeddings_rank_by_index(space: Space, monkeypatch: pytest.Mo
     got = knn(x, 4, space, query_batch=50)
     expected = [[j for j in range(120) if j != i][:4] for i in range(120)]
     np.testing.assert_array_equal(got, expected)
+
+
+def _near_duplicates() -> np.ndarray:
+    """300 points repeated 20 times with 1e-4 noise: many neighbours whose scores differ only by
+    float rounding, so their order follows how the score products were split across threads."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((300, 128)).astype(np.float32)
+    x = np.repeat(base, 20, axis=0) + rng.standard_normal((6000, 128)).astype(np.float32) * 1e-4
+    return np.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
+
+
+def test_raw_faiss_scores_depend_on_the_openmp_thread_count() -> None:
+    """Why the next test exists: on this BLAS the same search on 1 and 2 threads rounds differently."""
+    import faiss
+
+    x = _near_duplicates()
+    before = faiss.omp_get_max_threads()
+    scores = {}
+    try:
+        for threads in (1, 2):
+            faiss.omp_set_num_threads(threads)
+            index = faiss.IndexFlatIP(x.shape[1])
+            index.add(x)
+            scores[threads] = index.search(x, 26)[0]
+    finally:
+        faiss.omp_set_num_threads(before)
+    assert not np.array_equal(scores[1], scores[2])
+
+
+@pytest.mark.parametrize("space", ["cosine", "euclidean"])
+def test_rankings_do_not_depend_on_the_thread_count(space: str) -> None:
+    """The process's OpenMP setting and the search pool's size change speed, not neighbours."""
+    import faiss
+
+    from benchmark.metrics.knn import knn_gallery_batches, set_search_threads
+
+    x = _near_duplicates()
+    before = faiss.omp_get_max_threads()
+    results = []
+    try:
+        for omp, pool in ((1, 1), (2, 1), (2, 2), (1, 3)):
+            faiss.omp_set_num_threads(omp)
+            set_search_threads(pool)
+            gallery = np.concatenate(
+                [b for _, b in knn_gallery_batches(x[:700], x, 25, space, query_batch=256)]
+            )
+            results.append((knn(x, 25, space, query_batch=1024), gallery))
+    finally:
+        faiss.omp_set_num_threads(before)
+        set_search_threads(None)
+    for neighbours, gallery in results[1:]:
+        np.testing.assert_array_equal(neighbours, results[0][0])
+        np.testing.assert_array_equal(gallery, results[0][1])
+
+
+def test_search_threads_must_be_positive() -> None:
+    from benchmark.metrics.knn import set_search_threads
+
+    with pytest.raises(ValueError, match="search threads must be >= 1 or None; got 0"):
+        set_search_threads(0)

@@ -8,14 +8,23 @@ by (score, index), and a row whose cut-off falls inside a group of equal scores 
 one extra result) is searched again with a longer list until the whole group is in view.
 Such rows are rare with trained embeddings; a collapsed model (all embeddings equal) makes every
 row one, which costs a full ranking per query, still in bounded memory.
+
+Thread count: faiss computes scores with OpenBLAS, whose float rounding depends on how many
+OpenMP threads split a product, so the same embeddings ranked on 1 and on 2 threads differed at
+near-ties (a resumed run's concatenated MAP@R moved in the 5th digit because its process had
+another thread count). Each block of queries (fixed by N alone) is therefore searched on one
+OpenMP thread, and blocks run in parallel in a thread pool instead (faiss releases the GIL): the
+ranking depends on the embeddings only, the thread count only decides the speed.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 import numpy as np
 
@@ -27,6 +36,66 @@ SPACES: tuple[str, ...] = get_args(Space)
 # Most (query, neighbour) results held at once when a tie forces longer result lists:
 # 2^22 entries = 48 MiB of float32 scores plus int64 ids.
 MAX_RESULT_ENTRIES = 1 << 22
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclass
+class _SearchThreads:
+    # Process-wide; None: one per CPU this process may run on.
+    count: int | None = None
+
+
+_threads = _SearchThreads()
+
+
+def set_search_threads(count: int | None) -> None:
+    """Search query blocks on ``count`` threads at most (None: one per usable CPU).
+
+    Fold workers set their share of the cores. Rankings do not depend on it (module docstring).
+    """
+    if count is not None and count < 1:
+        raise ValueError(f"search threads must be >= 1 or None; got {count}.")
+    _threads.count = count
+
+
+def search_threads() -> int:
+    """Threads the next search may use: :func:`set_search_threads`, or the usable CPUs."""
+    if _threads.count is not None:
+        return _threads.count
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _on_one_omp_thread(fn: Callable[[_T], _R], item: _T) -> _R:
+    """``fn(item)`` with this thread's faiss/OpenBLAS work on one OpenMP thread (then restored)."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # the calling thread's OpenMP setting only
+    try:
+        return fn(item)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _map_blocks(fn: Callable[[_T], _R], items: Sequence[_T]) -> Iterator[_R]:
+    """``fn`` over ``items`` in order, each call on one OpenMP thread, up to
+    :func:`search_threads` calls at once (at most twice that many results held)."""
+    threads = min(search_threads(), len(items))
+    if threads <= 1 or _gpu.enabled:
+        for item in items:
+            yield _on_one_omp_thread(fn, item)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="knn") as pool:
+        pending: list[Future[_R]] = []
+        for item in items:
+            pending.append(pool.submit(_on_one_omp_thread, fn, item))
+            if len(pending) >= 2 * threads:
+                yield pending.pop(0).result()
+        for fut in pending:
+            yield fut.result()
 
 
 def as_float32_matrix(embeddings: np.ndarray) -> np.ndarray:
@@ -210,9 +279,13 @@ def knn_batches(
             yield start, np.empty((stop - start, 0), dtype=np.int64)
         return
     index, gallery = _build_index(x, space)
-    for start, stop in _batch_bounds(n, query_batch):
+
+    def block(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+        start, stop = bounds
         query_ids = np.arange(start, stop, dtype=np.int64)
-        yield start, _neighbours_of_block(index, gallery[start:stop], query_ids, k, space)
+        return start, _neighbours_of_block(index, gallery[start:stop], query_ids, k, space)
+
+    yield from _map_blocks(block, _batch_bounds(n, query_batch))
 
 
 def knn(embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048) -> np.ndarray:
@@ -261,7 +334,9 @@ def knn_gallery_batches(
     if space == "cosine":
         q = l2_normalise(q)
     n = index.ntotal
-    for start, stop in _batch_bounds(len(q), query_batch):
+
+    def neighbours(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+        start, stop = bounds
         block = q[start:stop]
         m = min(k + 1, n)  # one more, to see whether the cut-off splits a tie
         keys, ids = _search_sorted(index, block, m, space)
@@ -269,4 +344,6 @@ def knn_gallery_batches(
             tied = np.flatnonzero(keys[:, k - 1] == keys[:, k])
             if tied.size:
                 ids[tied, :k] = _resolve_cutoff_ties(index, block[tied], k, space)
-        yield start, np.ascontiguousarray(ids[:, :k])
+        return start, np.ascontiguousarray(ids[:, :k])
+
+    yield from _map_blocks(neighbours, _batch_bounds(len(q), query_batch))

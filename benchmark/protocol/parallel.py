@@ -30,7 +30,7 @@ import torch
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
 from benchmark.errors import TrainingDiverged
-from benchmark.metrics.knn import use_gpu_search
+from benchmark.metrics.knn import set_search_threads, use_gpu_search
 from benchmark.models.features import Samples
 from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 
@@ -168,6 +168,7 @@ def _init_worker(
     global _SETUP, _DATA, _EVENTS
     watch_parent(parent_pid, main_thread)
     torch.set_num_threads(setup.threads)
+    set_search_threads(setup.threads)  # validation kNN: the worker's share of the cores
     _SETUP, _DATA, _EVENTS = setup, loader(), events
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from benchmark.errors import DmlbenchError
+from benchmark.metrics.knn import set_search_threads
 from benchmark.protocol.parallel import watch_parent
 from benchmark.protocol.request import RunRequest
 
@@ -41,6 +42,7 @@ def worker_main(
     """Entry point of one worker process: ``entry(request)`` (search trials until the budget is taken)."""
     watch_parent(parent_pid, main_thread)
     torch.set_num_threads(threads)
+    set_search_threads(threads)
     entry(request)
 
 
