@@ -200,7 +200,7 @@ def print_tables(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         if fit is None:
             print(f"| {label} | {n:,} | {dim} | (no exact fit at {dim}-d) | – |")
             continue
-        seconds = fit[0] * n**fit[1]
+        seconds = fit[0] * n ** fit[1]
         print(f"| {label} | {n:,} | {dim} | {seconds:.1f} | {seconds * count / 3600:.1f} |")
     measured = [r for r in rows if r["method"] == "exact" and r["n"] == sop]
     if measured:
