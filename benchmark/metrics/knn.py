@@ -132,7 +132,8 @@ class KnnSearch:
     ``ivf_nlist`` (0 = ``4·sqrt(N)``, at most N / 39 so that k-means has 39 training points per
     list, faiss's minimum) and ``ivf_nprobe`` (lists searched per query) configure IVF;
     ``hnsw_m`` (graph degree) and ``hnsw_ef_search`` (search beam, at least k + 1) configure
-    HNSW. The parameters of the kind not chosen are ignored.
+    HNSW. The parameters of the kind not chosen are ignored. Approximate indexes are built and
+    searched on the CPU, also where :func:`use_gpu_search` moves exact search to a GPU.
     """
 
     kind: str = "exact"
