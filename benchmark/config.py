@@ -147,6 +147,28 @@ class TestConfig:
     confidence: float = 0.95
 
 
+#: The values of ``eval.knn``: exact search (the protocols' and the default) and faiss's
+#: approximate indexes (benchmark.metrics.knn.KnnSearch, which reads this tuple).
+KNN_KINDS = ("exact", "ivf", "hnsw")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How validation and test embeddings are searched for their nearest neighbours.
+
+    ``knn = "exact"`` is every protocol's search; ``"ivf"`` and ``"hnsw"`` are faiss's approximate
+    indexes, an explicit option for large test sets whose metrics are then estimates (a recorded
+    deviation). ``ivf_nlist`` (0 = 4·sqrt(N)) and ``ivf_nprobe`` apply to IVF, ``hnsw_m`` and
+    ``hnsw_ef_search`` to HNSW (see benchmark.metrics.knn.KnnSearch).
+    """
+
+    knn: str = "exact"
+    ivf_nlist: int = 0
+    ivf_nprobe: int = 16
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 128
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines a run's results (plus the loss's fixed hyperparameters)."""
@@ -157,6 +179,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     test: TestConfig = field(default_factory=TestConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     # Loss hyperparameters fixed by the user (``--set loss.margin=0.1``): removed from the search.
     loss: Mapping[str, float] = field(default_factory=dict)
     # Search-range overrides per loss: ``[space.ms] alpha = [0.1, 10]`` in a protocol file or
@@ -407,6 +430,10 @@ COUNT_KEYS = (
     "test.reps",
     "model.embedding_dim",
     "data.image_size",
+    "eval.ivf_nlist",
+    "eval.ivf_nprobe",
+    "eval.hnsw_m",
+    "eval.hnsw_ef_search",
 )
 
 
@@ -438,11 +465,35 @@ def check_values(config: RunConfig) -> None:
     for key, value in (("data.max_classes", d.max_classes), ("data.max_per_class", d.max_per_class)):
         if value < 0:
             raise ConfigError(f"{key} must be >= 0 (0 = no limit), got {value}.")
+    check_eval(config.eval)
     if d.max_per_class == 1:
         raise ConfigError(
             "data.max_per_class = 1 keeps one image per class: no query would have a positive, so "
             "retrieval metrics are undefined. Use 0 (all images) or at least 2."
         )
+
+
+def check_eval(e: EvalConfig) -> None:
+    """Refuse an unknown ``eval.knn``, a count below its minimum, and an index parameter set for
+    an index that is not chosen (it would be recorded as a deviation that changes nothing)."""
+    if e.knn not in KNN_KINDS:
+        raise ConfigError(f"eval.knn must be one of {', '.join(KNN_KINDS)}, got {e.knn!r}.")
+    for key, value, low in (
+        ("ivf_nlist", e.ivf_nlist, 0),
+        ("ivf_nprobe", e.ivf_nprobe, 1),
+        ("hnsw_m", e.hnsw_m, 1),
+        ("hnsw_ef_search", e.hnsw_ef_search, 1),
+    ):
+        if value < low:
+            raise ConfigError(f"eval.{key} must be >= {low}, got {value}.")
+    default = EvalConfig()
+    for key in ("ivf_nlist", "ivf_nprobe", "hnsw_m", "hnsw_ef_search"):
+        owner = key.split("_")[0]
+        if getattr(e, key) != getattr(default, key) and e.knn != owner:
+            raise ConfigError(
+                f"eval.{key} = {getattr(e, key)} configures the {owner!r} index, but eval.knn is "
+                f"{e.knn!r}; set eval.knn = {owner!r} too, or leave eval.{key} at its default."
+            )
 
 
 #: Settings added after run records and regression baselines existed, with the value that
@@ -456,6 +507,11 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "train.lr_decay_step": 0,
     "train.lr_decay_gamma": 1.0,
     "train.clip_grad_value": 0.0,
+    "eval.knn": "exact",
+    "eval.ivf_nlist": 0,
+    "eval.ivf_nprobe": 16,
+    "eval.hnsw_m": 32,
+    "eval.hnsw_ef_search": 128,
 }
 
 

@@ -14,6 +14,9 @@ which tracemalloc would miss (it only sees allocations made through Python's all
 i.e. not faiss's or torch's). The "eval" column is the increase of the peak over the baseline.
 
 Usage:  python benchmarks/eval_memory.py [--n 60000] [--dim 128] [--threads 1] [--seed 0]
+
+``benchmarks/eval_scaling.py`` runs the same children over a range of N and dimensions, with
+faiss's approximate indexes too.
 """
 
 from __future__ import annotations
@@ -58,8 +61,12 @@ def make_data(n: int, dim: int, seed: int, out: Path) -> int:
     return len(sizes)
 
 
-def child(which: str, data: Path, threads: int) -> None:
-    """Run one side of the comparison and print a JSON line with its timings and values."""
+def child(which: str, data: Path, threads: int, search_json: str = "{}") -> None:
+    """Run one side of the comparison and print a JSON line with its timings and values.
+
+    ``which``: ``ours`` (exact search), ``pml``, or ``ivf`` / ``hnsw`` (dmlbench's evaluate()
+    through that approximate index; ``search_json`` holds its other KnnSearch fields).
+    """
     import resource
 
     import faiss
@@ -68,7 +75,7 @@ def child(which: str, data: Path, threads: int) -> None:
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
     from pytorch_metric_learning.utils.inference import FaissKNN
 
-    from benchmark.metrics import evaluate
+    from benchmark.metrics import KnnSearch, evaluate
     from benchmark.metrics.knn import l2_normalise
 
     torch.set_num_threads(threads)
@@ -80,6 +87,9 @@ def child(which: str, data: Path, threads: int) -> None:
     start = time.perf_counter()
     if which == "ours":
         values = evaluate(embeddings, labels, "cosine", MLRC)
+    elif which in ("ivf", "hnsw"):
+        search = KnnSearch(kind=which, **json.loads(search_json))
+        values = evaluate(embeddings, labels, "cosine", MLRC, search=search)
     else:
         _, dense = np.unique(labels, return_inverse=True)  # PML casts labels to float32
         x = torch.from_numpy(l2_normalise(embeddings))
@@ -100,9 +110,21 @@ def child(which: str, data: Path, threads: int) -> None:
     )
 
 
-def run_child(which: str, data: Path, threads: int) -> dict[str, Any]:
+def run_child(which: str, data: Path, threads: int, search: dict[str, int] | None = None) -> dict[str, Any]:
+    """One side in a fresh process (see the module docstring): its JSON line as a dict."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", which, "--data", str(data), "--threads", str(threads)],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            which,
+            "--data",
+            str(data),
+            "--threads",
+            str(threads),
+            "--search-json",
+            json.dumps(search or {}),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -117,11 +139,12 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--child", choices=["ours", "pml"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["ours", "pml", "ivf", "hnsw"], help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--search-json", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.data, args.threads)
+        child(args.child, args.data, args.threads, args.search_json)
         return
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,31 +1,52 @@
 """Training throughput of dmlbench's fold training against pytorch-metric-learning's own trainer,
-and the time one fold takes to converge.
+compared like with like, and the time one fold takes to converge.
 
 Usage::
 
     python benchmarks/train_throughput.py [--dataset omniglot] [--data-dir /work/shared/data/omniglot]
-        [--budget mini] [--set KEY=VALUE ...] [--loss contrastive] [--threads 2]
-        [--iters 30] [--repeats 5] [--convergence] [--convergence-losses mfcont,contrastive,proxyanchor]
-        [--max-fold-s 1800] [--skip-throughput]
+        [--budget mini] [--set KEY=VALUE ...] [--loss contrastive] [--threads 1]
+        [--iters 30] [--repeats 5] [--variants all] [--convergence]
+        [--convergence-losses mfcont,contrastive,proxyanchor] [--max-fold-s 1800] [--skip-throughput]
 
-**Throughput.** Both engines train the same model (the budget's trunk + 128-d embedder, built
+**Throughput.** Every variant trains the same model (the budget's trunk + 128-d embedder, built
 from the same seed), the same loss object type with its default parameters, the same batch size,
-the same sampler (dmlbench's m-per-class sampler; PML's trainer gets its index stream), the same
-augmentation (dmlbench's ``characters`` transform; applied per image in PML's Dataset, as a PML
-user's torchvision transform is) and the same ``torch.set_num_threads``, on fold ``--fold``'s
-training images of the budget's configuration:
+the same sampler (dmlbench's m-per-class batches; PML's trainer gets them as its index stream or
+batch sampler), the same augmentation math (dmlbench's ``characters`` transform) and the same
+``torch.set_num_threads``, on fold ``--fold``'s training images of the budget's configuration.
+The variants (``--variants``, comma-separated, default all):
 
 * ``dmlbench``: :func:`benchmark.protocol.train.train_with_loss` for one epoch of ``--iters``
-  iterations (validation on 16 images afterwards, outside the timed window);
-* ``pml``: ``pytorch_metric_learning.trainers.MetricLossOnly`` with ``dataloader_num_workers=0``
-  (the thread count is the same; worker processes would add cores), RMSprop for the model and
-  the loss's parameters as dmlbench builds them, tqdm's bar disabled.
+  iterations, as a run trains (channels-last on the CPU; with one torch thread its
+  ``default_prefetch_depth`` prepares batches in a second OS thread);
+* ``dmlbench-noprefetch``: the same with ``prefetch_depth=0``: sampling and augmentation in the
+  training thread, one OS thread doing work;
+* ``pml``: PML's ``MetricLossOnly`` as its documentation shows it used: the model in the default
+  (NCHW) layout, a Dataset that augments each image in ``__getitem__`` (as a torchvision
+  transform does; here dmlbench's transform on one image), the DataLoader's per-item fetch and
+  default collate, ``dataloader_num_workers=0``;
+* ``pml-cl``: the same with the model converted to channels-last (one line for a PML user);
+* ``pml-cl-batched``: channels-last and dmlbench's data pipeline: a batch sampler, a Dataset with
+  ``__getitems__`` that indexes the whole batch at once, and a collate function that augments it
+  with one ``train_batch`` call, ``dataloader_num_workers=0`` (one OS thread, like
+  ``dmlbench-noprefetch``);
+* ``pml-cl-batched-w1``: the same with ``dataloader_num_workers=1``: one worker process prepares
+  batches on another core, as dmlbench's prefetch thread does (the pair of ``dmlbench``).
 
-Images per second are measured between the end of the first and the end of the last training
-step (each engine's own per-step hook: ``on_step`` and ``end_of_iteration_hook``), so set-up,
-data-loader start and validation are excluded from both. The engines alternate within every
-repetition (their order flips each time), ``--repeats`` repetitions; the medians and the ratio
-dmlbench / PML are printed. On a shared 2-core machine the timings are noisy: read the ratio.
+PML's trainer also gets RMSprop for the model and the loss's parameters as dmlbench builds them and
+tqdm's bar disabled. Images per second are measured between the end of the first and the end of
+the last training step (each engine's own per-step hook: ``on_step`` and
+``end_of_iteration_hook``), so set-up, data-loader and worker start and validation are excluded.
+The variants alternate within every repetition (their order reverses each time), ``--repeats``
+repetitions (at least 5 for the issue's numbers); medians are printed with the ratios:
+
+* (a) ``dmlbench / pml``: against PML as its documentation shows it used;
+* (b) ``dmlbench-noprefetch / pml-cl-batched``: what the engine itself adds, given the same
+  layout, augmentation and one OS thread each; (b') ``dmlbench / pml-cl-batched-w1``: the same
+  with a second core for batch preparation on both sides.
+
+The header names ``torch.backends.cpu.get_cpu_capability()`` (the host kind the numbers belong
+to). Take the numbers on an idle machine; on a shared one read nothing but the ratios, and those
+with care.
 
 **Convergence** (``--convergence``): fold ``--fold`` of the budget's MLRC configuration is
 trained to its stop for each of ``--convergence-losses`` (default parameters); printed are the
@@ -44,8 +65,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import argparse
 import dataclasses
+import logging
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -98,6 +121,43 @@ class AugmentedImages(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         return train_batch(self.images[i : i + 1], self.augment, self.gen)[0], int(self.labels[i])
 
 
+class BatchImages(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Fold images indexed a whole batch at a time (``__getitems__``): uint8 images and labels."""
+
+    def __init__(self, data: ImageDataset, labels: np.ndarray) -> None:
+        self.images, self.labels = data.images, torch.from_numpy(labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[i], self.labels[i]
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        # The DataLoader's fetcher calls this with a batch sampler's whole batch, instead of one
+        # __getitem__ per index followed by a collate that stacks them.
+        idx = torch.tensor(indices)
+        return self.images[idx], self.labels[idx]
+
+
+class AugmentBatch:
+    """Collate function: one ``train_batch`` call for the whole batch (dmlbench's augmentation)."""
+
+    def __init__(self, augment: AugmentSpec, seed: int) -> None:
+        self.augment = augment
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = batch
+        return train_batch(images, self.augment, self.gen), labels
+
+
+def _mpc_batches(labels: np.ndarray, m: int, batch: int, iters: int, seed: int) -> Iterator[list[int]]:
+    sampler = MPerClassSampler(labels, m, batch, np.random.default_rng(seed))
+    for indices in sampler.sample(iters):
+        yield [int(i) for i in indices]
+
+
 class IndexStream(torch.utils.data.Sampler[int]):
     """dmlbench's m-per-class batches, flattened into the index stream a DataLoader batches."""
 
@@ -107,10 +167,24 @@ class IndexStream(torch.utils.data.Sampler[int]):
     def __len__(self) -> int:
         return self.iters * self.batch
 
-    def __iter__(self) -> Any:
-        sampler = MPerClassSampler(self.labels, self.m, self.batch, np.random.default_rng(self.seed))
-        for batch in sampler.sample(self.iters):
-            yield from (int(i) for i in batch)
+    def __iter__(self) -> Iterator[int]:
+        for batch in _mpc_batches(self.labels, self.m, self.batch, self.iters, self.seed):
+            yield from batch
+
+
+class MPerClassBatches(torch.utils.data.BatchSampler):
+    """dmlbench's m-per-class batches as a batch sampler (PML's trainer then passes it to its
+    DataLoader as ``batch_sampler``)."""
+
+    def __init__(self, labels: np.ndarray, m: int, batch: int, iters: int, seed: int) -> None:
+        # BatchSampler's own state (a sampler to group) is not used: batches come whole.
+        self.labels, self.m, self.batch, self.iters, self.seed = labels, m, batch, iters, seed
+
+    def __len__(self) -> int:
+        return self.iters
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from _mpc_batches(self.labels, self.m, self.batch, self.iters, self.seed)
 
 
 class PMLLossAdapter(nn.Module):
@@ -127,9 +201,32 @@ class PMLLossAdapter(nn.Module):
         return out
 
 
-def pml_images_per_s(config: RunConfig, loss_name: str, train: ImageDataset, iters: int) -> float:
+@dataclasses.dataclass(frozen=True)
+class PMLVariant:
+    """How PML's side is set up: model layout, data pipeline, DataLoader worker processes."""
+
+    channels_last: bool
+    batched: bool
+    workers: int
+
+
+PML_VARIANTS = {
+    "pml": PMLVariant(channels_last=False, batched=False, workers=0),
+    "pml-cl": PMLVariant(channels_last=True, batched=False, workers=0),
+    "pml-cl-batched": PMLVariant(channels_last=True, batched=True, workers=0),
+    "pml-cl-batched-w1": PMLVariant(channels_last=True, batched=True, workers=1),
+}
+DMLBENCH_VARIANTS = {"dmlbench": None, "dmlbench-noprefetch": 0}  # name -> prefetch_depth
+VARIANTS = (*DMLBENCH_VARIANTS, *PML_VARIANTS)
+
+
+def pml_images_per_s(
+    config: RunConfig, loss_name: str, train: ImageDataset, iters: int, variant: PMLVariant
+) -> float:
     from pytorch_metric_learning import trainers
 
+    # It warns that the identity embedder has no optimiser, on every trainer built; that is meant.
+    logging.getLogger("PML").setLevel(logging.ERROR)
     tc = config.train
     labels = remap_labels(train.labels)
     spec = LOSSES.get(loss_name)
@@ -141,6 +238,8 @@ def pml_images_per_s(config: RunConfig, loss_name: str, train: ImageDataset, ite
         weights_path=config.model.trunk_weights,
         seed=SEED,
     )
+    if variant.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     torch.manual_seed(SEED)
     loss = build_loss(loss_name, LossContext(int(labels.max()) + 1, config.model.embedding_dim), {})
     optimizers = {
@@ -154,16 +253,30 @@ def pml_images_per_s(config: RunConfig, loss_name: str, train: ImageDataset, ite
         optimizers["metric_loss_optimizer"] = make_optimizer(
             "rmsprop", loss_params, lr, spec.param_weight_decay, tc.param_momentum
         )
+    augment = AUGMENTS[config.data.augment]
+    if augment is None:
+        raise SystemExit("the throughput comparison needs a training augmentation (data.augment)")
+    data: Any
+    sampler: Any
+    if variant.batched:
+        data = BatchImages(train, labels)
+        sampler = MPerClassBatches(labels, spec.m_per_class, tc.batch_size, iters, SEED)
+        collate: Any = AugmentBatch(augment, SEED)
+    else:
+        data = AugmentedImages(train, labels, augment, SEED)
+        sampler = IndexStream(labels, spec.m_per_class, tc.batch_size, iters, SEED)
+        collate = None
     stamps: list[float] = []
     trainer = trainers.MetricLossOnly(
         models={"trunk": model, "embedder": nn.Identity()},
         optimizers=optimizers,
         batch_size=tc.batch_size,
         loss_funcs={"metric_loss": PMLLossAdapter(loss)},
-        dataset=AugmentedImages(train, labels, AUGMENTS[config.data.augment], SEED),  # type: ignore[arg-type]
-        sampler=IndexStream(labels, spec.m_per_class, tc.batch_size, iters, SEED),
+        dataset=data,
+        sampler=sampler,
+        collate_fn=collate,
         iterations_per_epoch=iters,
-        dataloader_num_workers=0,
+        dataloader_num_workers=variant.workers,
         data_device=torch.device("cpu"),
         end_of_iteration_hook=lambda _t: stamps.append(time.perf_counter()),
     )
@@ -175,7 +288,12 @@ def pml_images_per_s(config: RunConfig, loss_name: str, train: ImageDataset, ite
 
 
 def dmlbench_images_per_s(
-    config: RunConfig, loss_name: str, train: ImageDataset, val: ImageDataset, iters: int
+    config: RunConfig,
+    loss_name: str,
+    train: ImageDataset,
+    val: ImageDataset,
+    iters: int,
+    prefetch_depth: int | None = None,
 ) -> float:
     stamps: list[float] = []
     one_epoch = dataclasses.replace(
@@ -185,11 +303,63 @@ def dmlbench_images_per_s(
     def stamp(_epoch: int, _step: int, _steps: int) -> None:
         stamps.append(time.perf_counter())
 
-    train_cpu_fold(one_epoch, loss_name, {}, train, val, SEED, on_step=stamp)
+    train_cpu_fold(one_epoch, loss_name, {}, train, val, SEED, on_step=stamp, prefetch_depth=prefetch_depth)
     return (len(stamps) - 1) * config.train.batch_size / (stamps[-1] - stamps[0])
 
 
 # -- main ----------------------------------------------------------------------------------------
+
+
+def images_per_s(
+    name: str, config: RunConfig, loss: str, train: ImageDataset, val: ImageDataset, iters: int
+) -> float:
+    """One timed run of variant ``name`` (see the module docstring)."""
+    if name in DMLBENCH_VARIANTS:
+        return dmlbench_images_per_s(config, loss, train, val, iters, DMLBENCH_VARIANTS[name])
+    return pml_images_per_s(config, loss, train, iters, PML_VARIANTS[name])
+
+
+#: The ratios the issue asks for: (label, numerator variant, denominator variant).
+RATIOS = (
+    ("(a) dmlbench / PML as documented", "dmlbench", "pml"),
+    ("(b) engine alone, 1 OS thread each: dmlbench-noprefetch / pml-cl-batched", "dmlbench-noprefetch",
+     "pml-cl-batched"),
+    ("(b') engine alone, 2nd core for batches on both sides: dmlbench / pml-cl-batched-w1", "dmlbench",
+     "pml-cl-batched-w1"),
+    ("dmlbench / pml-cl", "dmlbench", "pml-cl"),
+    ("prefetch: dmlbench / dmlbench-noprefetch", "dmlbench", "dmlbench-noprefetch"),
+)  # fmt: skip
+
+
+def throughput(args: argparse.Namespace, config: RunConfig, train: ImageDataset, val: ImageDataset) -> None:
+    """Interleaved repeats of every variant; prints the Markdown table of medians and the ratios."""
+    names = list(VARIANTS) if args.variants == "all" else [v for v in args.variants.split(",") if v]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {', '.join(unknown)}; valid: {', '.join(VARIANTS)}")
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    # Warm-up (allocator, first-call costs, worker start) for every variant, untimed.
+    for name in names:
+        images_per_s(name, config, args.loss, train, val, args.warmup_iters)
+    for r in range(args.repeats):
+        for name in names if r % 2 == 0 else reversed(names):
+            rates[name].append(images_per_s(name, config, args.loss, train, val, args.iters))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    base = med.get("pml")
+    print(
+        f"\nThroughput, loss {args.loss}, {args.iters} steps per run, median of {args.repeats} "
+        f"interleaved repeats; torch CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"{args.threads} torch thread(s):\n"
+    )
+    print("| variant | median images/s | min-max | vs pml |")
+    print("|---|---:|---:|---:|")
+    for k, v in rates.items():
+        vs = f"{med[k] / base:.2f}x" if base else "–"
+        print(f"| {k} | {med[k]:.1f} | {min(v):.1f}-{max(v):.1f} | {vs} |")
+    print()
+    for label, num, den in RATIOS:
+        if num in med and den in med:
+            print(f"ratio {label}: {med[num] / med[den]:.2f}x")
 
 
 def main() -> None:
@@ -202,9 +372,11 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--loss", default="contrastive", help="loss of the throughput comparison")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--iters", type=int, default=30, help="training steps per timed run")
+    parser.add_argument("--warmup-iters", type=int, default=5, help="steps of each variant's untimed warm-up")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--variants", default="all", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--convergence", action="store_true", help="also time folds to their stop")
     parser.add_argument("--convergence-losses", default="mfcont,contrastive,proxyanchor")
@@ -225,30 +397,7 @@ def main() -> None:
         f"torch {torch.__version__}, {os.cpu_count()} CPUs"
     )
     if not args.skip_throughput:
-        small_val = val.take(np.arange(16))
-        rates: dict[str, list[float]] = {"dmlbench": [], "pml": []}
-        # Warm-up (allocator, first-call costs) for both, untimed.
-        dmlbench_images_per_s(config, args.loss, train, small_val, 5)
-        pml_images_per_s(config, args.loss, train, 5)
-        for r in range(args.repeats):
-            order = ("dmlbench", "pml") if r % 2 == 0 else ("pml", "dmlbench")
-            for engine in order:
-                if engine == "dmlbench":
-                    rates[engine].append(
-                        dmlbench_images_per_s(config, args.loss, train, small_val, args.iters)
-                    )
-                else:
-                    rates[engine].append(pml_images_per_s(config, args.loss, train, args.iters))
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        print(
-            f"\nThroughput, loss {args.loss}, {args.iters} steps per run, "
-            f"median of {args.repeats} interleaved repeats:"
-        )
-        print("| engine | median images/s | min-max |")
-        print("|---|---:|---:|")
-        for k, v in rates.items():
-            print(f"| {k} | {med[k]:.1f} | {min(v):.1f}-{max(v):.1f} |")
-        print(f"ratio dmlbench / PML MetricLossOnly: {med['dmlbench'] / med['pml']:.2f}x")
+        throughput(args, config, train, val.take(np.arange(16)))
 
     if args.convergence:
         print(

@@ -366,6 +366,7 @@ LIGHT_COMMANDS = {
     "unknown loss": (["run", "--loss", "mfcnt"], 2),
     "unknown config key": (["run", "--loss", "mfcont", "--set", "train.lrr=1"], 2),
     "bad value": (["run", "--loss", "mfcont", "--set", "train.lr=-1"], 2),
+    "unknown kNN search": (["run", "--loss", "mfcont", "--set", "eval.knn=annoy"], 2),
     "bad device": (["run", "--loss", "mfcont", "--device", "bogus"], 2),
     "report without records": (["report", "--results-dir", "/nonexistent"], 2),
     "no data dir": (["run", "--loss", "ms", "--dataset", "omniglot"], 2),

@@ -154,3 +154,25 @@ def test_protocol_names_are_the_protocol_files() -> None:
         UnknownNameError, match=f"Unknown protocol 'regress'.*Valid choices: {', '.join(names)}"
     ):
         load_protocol_file("regress")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"eval.knn": "annoy"}, "eval.knn must be one of exact, ivf, hnsw, got 'annoy'"),
+        ({"eval.knn": "ivf", "eval.ivf_nprobe": 0}, "eval.ivf_nprobe must be >= 1, got 0"),
+        ({"eval.ivf_nprobe": 4}, "eval.ivf_nprobe = 4 configures the 'ivf' index, but eval.knn is 'exact'"),
+        ({"eval.knn": "ivf", "eval.hnsw_m": 8}, "eval.hnsw_m = 8 configures the 'hnsw' index"),
+    ],
+)
+def test_bad_knn_search_names_the_key(override: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve_config(PAPER, {}, override)
+
+
+def test_exact_knn_is_the_default_and_an_approximate_one_is_a_deviation() -> None:
+    resolved, paper = resolve_config(PAPER, {}, {})
+    assert resolved.eval.knn == "exact"
+    resolved, paper = resolve_config(PAPER, {}, {"eval.knn": "ivf", "eval.ivf_nprobe": 8})
+    found = {d.key: (d.value, d.paper) for d in deviations(resolved, paper)}
+    assert found == {"eval.knn": ("ivf", "exact"), "eval.ivf_nprobe": (8, 16)}

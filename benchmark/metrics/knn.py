@@ -15,6 +15,15 @@ near-ties (a resumed run's concatenated MAP@R moved in the 5th digit because its
 another thread count). Each block of queries (fixed by N alone) is therefore searched on one
 OpenMP thread, and blocks run in parallel in a thread pool instead (faiss releases the GIL): the
 ranking depends on the embeddings only, the thread count only decides the speed.
+
+Approximate search (:class:`KnnSearch`, config keys ``eval.knn`` and ``eval.*``) is an explicit
+option for large N, where exact search costs 2·N²·D flops: faiss's IVF (inverted lists over a
+k-means coarse quantiser, ``nprobe`` lists searched per query) or HNSW (a navigable graph). Their
+neighbour lists may miss true neighbours, so metrics computed from them are estimates. Ties
+rank by index within the returned list only, and a query for which the index returns fewer than
+k other items is searched exactly. HNSW's graph is built by several threads in an order that
+can vary between runs, so its results need not repeat exactly; IVF's do on the same host and
+thread count (faiss's k-means is seeded).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Literal, TypeVar, get_args
 
 import numpy as np
 
+from benchmark.config import KNN_KINDS, EvalConfig
 from benchmark.metrics.faiss_import import faiss
 
 Space = Literal["cosine", "euclidean"]
@@ -184,6 +194,124 @@ class FlatIndex:
         return scores, ids
 
 
+@dataclass(frozen=True)
+class KnnSearch:
+    """How the k nearest neighbours are searched: ``kind`` is one of :data:`KNN_KINDS`.
+
+    ``ivf_nlist`` (0 = ``4·sqrt(N)``, at most N / 39 so that k-means has 39 training points per
+    list, faiss's minimum) and ``ivf_nprobe`` (lists searched per query) configure IVF;
+    ``hnsw_m`` (graph degree) and ``hnsw_ef_search`` (search beam, at least k + 1) configure
+    HNSW. The parameters of the kind not chosen are ignored. Approximate indexes are built and
+    searched on the CPU, also where :func:`use_gpu_search` moves exact search to a GPU.
+    """
+
+    kind: str = "exact"
+    ivf_nlist: int = 0
+    ivf_nprobe: int = 16
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 128
+
+    def __post_init__(self) -> None:
+        if self.kind not in KNN_KINDS:
+            raise ValueError(f"Unknown kNN search {self.kind!r}; expected one of {', '.join(KNN_KINDS)}.")
+        for name in ("ivf_nprobe", "hnsw_m", "hnsw_ef_search"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}.")
+        if self.ivf_nlist < 0:
+            raise ValueError(f"ivf_nlist must be >= 0 (0 = 4·sqrt(N)); got {self.ivf_nlist}.")
+
+    @property
+    def exact(self) -> bool:
+        """Whether this is exact search."""
+        return self.kind == "exact"
+
+
+EXACT = KnnSearch()
+
+
+def knn_search(config: EvalConfig) -> KnnSearch:
+    """The search a run's ``[eval]`` section chooses."""
+    return KnnSearch(
+        kind=config.knn,
+        ivf_nlist=config.ivf_nlist,
+        ivf_nprobe=config.ivf_nprobe,
+        hnsw_m=config.hnsw_m,
+        hnsw_ef_search=config.hnsw_ef_search,
+    )
+
+
+def ivf_lists(n: int, requested: int) -> int:
+    """The number of IVF lists used for a gallery of ``n`` items (see :class:`KnnSearch`)."""
+    nlist = requested if requested > 0 else round(4 * np.sqrt(n))
+    return int(max(1, min(nlist, n // 39)))
+
+
+class ApproxIndex:
+    """A faiss IVF-flat or HNSW-flat index over the gallery, with the same ``search`` as FlatIndex."""
+
+    def __init__(self, x: np.ndarray, space: Space, search: KnnSearch) -> None:
+        metric = faiss.METRIC_INNER_PRODUCT if space == "cosine" else faiss.METRIC_L2
+        d = x.shape[1]
+        self.search_options = search
+        self._hnsw: faiss.IndexHNSWFlat | None = None
+        index: faiss.Index
+        if search.kind == "ivf":
+            nlist = ivf_lists(len(x), search.ivf_nlist)
+            quantizer = faiss.IndexFlatIP(d) if space == "cosine" else faiss.IndexFlatL2(d)
+            ivf = faiss.IndexIVFFlat(quantizer, d, nlist, metric)
+            ivf.train(x)
+            ivf.nprobe = min(search.ivf_nprobe, nlist)
+            # faiss keeps a reference only; the index must keep its quantiser alive.
+            self._quantizer = quantizer
+            index = ivf
+        else:
+            self._hnsw = faiss.IndexHNSWFlat(d, search.hnsw_m, metric)
+            index = self._hnsw
+        index.add(x)
+        self.index = index
+
+    @property
+    def ntotal(self) -> int:
+        """Number of indexed vectors."""
+        return int(self.index.ntotal)
+
+    def search(self, queries: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (approximately) m best (scores, ids) of each query; missing entries have id -1."""
+        if self._hnsw is not None:
+            # The beam must hold the whole result list, or HNSW returns fewer items.
+            self._hnsw.hnsw.efSearch = max(self.search_options.hnsw_ef_search, m)
+        scores, ids = self.index.search(queries, m)
+        return scores, ids
+
+
+def _approx_neighbours(
+    index: ApproxIndex,
+    exact: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    queries: np.ndarray,
+    query_ids: np.ndarray | None,
+    k: int,
+    space: Space,
+) -> np.ndarray:
+    """k approximate neighbours per query (self removed by index when ``query_ids`` is given).
+
+    Rows for which the index returns fewer than k usable items are answered by ``exact(rows of
+    queries, their ids)``, so every row has k valid gallery indices.
+    """
+    keep = k + 1 if query_ids is not None else k
+    m = min(keep, index.ntotal)
+    _, ids = _search_sorted(index, queries, m, space)
+    if query_ids is not None:
+        is_self = ids == query_ids[:, None]
+        # Drop the last item of a row that does not contain its query, as exact search does.
+        is_self[~is_self.any(axis=1), -1] = True
+        ids = ids[~is_self].reshape(len(ids), m - 1)
+    ids = np.ascontiguousarray(ids[:, :k])
+    short = np.flatnonzero((ids < 0).any(axis=1))
+    if short.size:
+        ids[short] = exact(queries[short], short if query_ids is None else query_ids[short])
+    return ids
+
+
 def _build_index(x: np.ndarray, space: Space) -> tuple[FlatIndex, np.ndarray]:
     """Return the exact index over the gallery and the (possibly normalised) vectors it holds."""
     if space == "cosine":
@@ -204,7 +332,7 @@ def _batch_bounds(n: int, query_batch: int) -> list[tuple[int, int]]:
 
 
 def _search_sorted(
-    index: FlatIndex, queries: np.ndarray, m: int, space: Space
+    index: FlatIndex | ApproxIndex, queries: np.ndarray, m: int, space: Space
 ) -> tuple[np.ndarray, np.ndarray]:
     """faiss top-m search, each row re-sorted by (rank key, gallery index); smaller key is better."""
     scores, ids = index.search(queries, m)
@@ -257,13 +385,19 @@ def _neighbours_of_block(
 
 
 def knn_batches(
-    embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048
+    embeddings: np.ndarray,
+    k: int,
+    space: Space,
+    *,
+    query_batch: int = 2048,
+    search: KnnSearch = EXACT,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(start, neighbours)`` for consecutive query blocks; see :func:`knn`.
 
     ``neighbours`` is an int64 array (block size, k') with k' = min(k, N - 1). Memory is bounded
     by the index (N x D) plus one block of ``query_batch x (k' + 2)`` results (and at most
-    ``MAX_RESULT_ENTRIES`` more while a tie at the cut-off is resolved).
+    ``MAX_RESULT_ENTRIES`` more while a tie at the cut-off is resolved). ``search`` chooses exact
+    search (the default) or an approximate index (:class:`KnnSearch`).
     """
     check_space(space)
     if k < 0:
@@ -278,6 +412,9 @@ def knn_batches(
         for start, stop in _batch_bounds(n, query_batch):
             yield start, np.empty((stop - start, 0), dtype=np.int64)
         return
+    if not search.exact:
+        yield from _approx_batches(x, k, space, query_batch, search)
+        return
     index, gallery = _build_index(x, space)
 
     def block(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
@@ -288,31 +425,59 @@ def knn_batches(
     yield from _map_blocks(block, _batch_bounds(n, query_batch))
 
 
-def knn(embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048) -> np.ndarray:
+def _approx_batches(
+    x: np.ndarray, k: int, space: Space, query_batch: int, search: KnnSearch
+) -> Iterator[tuple[int, np.ndarray]]:
+    """:func:`knn_batches` through an approximate index (k >= 1)."""
+    gallery = l2_normalise(x) if space == "cosine" else x
+    approx = ApproxIndex(gallery, space, search)
+    exact_index: list[FlatIndex] = []  # built only if a row needs it
+
+    def exact(queries: np.ndarray, query_ids: np.ndarray) -> np.ndarray:
+        if not exact_index:
+            exact_index.append(_build_index(x, space)[0])
+        return _neighbours_of_block(exact_index[0], queries, query_ids, k, space)
+
+    for start, stop in _batch_bounds(len(x), query_batch):
+        query_ids = np.arange(start, stop, dtype=np.int64)
+        yield start, _approx_neighbours(approx, exact, gallery[start:stop], query_ids, k, space)
+
+
+def knn(
+    embeddings: np.ndarray, k: int, space: Space, *, query_batch: int = 2048, search: KnnSearch = EXACT
+) -> np.ndarray:
     """Exact k nearest neighbours of every row of ``embeddings`` among all other rows.
 
     Query set = gallery = ``embeddings`` (N, D). Returns int64 indices (N, min(k, N - 1)), best
     first, never containing the query's own index. ``space="cosine"`` ranks by inner product of
     L2-normalised copies (faiss ``IndexFlatIP``), ``"euclidean"`` by L2 distance
     (``IndexFlatL2``). Ties rank the smaller gallery index first (see the module docstring).
-    Queries are searched ``query_batch`` at a time, so no N x N matrix is ever built.
+    Queries are searched ``query_batch`` at a time, so no N x N matrix is ever built. A
+    non-exact ``search`` returns approximate neighbours (:class:`KnnSearch`).
     """
     x = as_float32_matrix(embeddings)
     n = x.shape[0]
     out = np.empty((n, min(max(k, 0), max(n - 1, 0))), dtype=np.int64)
-    for start, block in knn_batches(x, k, space, query_batch=query_batch):
+    for start, block in knn_batches(x, k, space, query_batch=query_batch, search=search):
         out[start : start + len(block)] = block
     return out
 
 
 def knn_gallery_batches(
-    queries: np.ndarray, gallery: np.ndarray, k: int, space: Space, *, query_batch: int = 2048
+    queries: np.ndarray,
+    gallery: np.ndarray,
+    k: int,
+    space: Space,
+    *,
+    query_batch: int = 2048,
+    search: KnnSearch = EXACT,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(start, neighbours)``: the k nearest *gallery* rows of each block of ``queries``.
 
     For a query set separate from the gallery (In-Shop's query → gallery retrieval), so nothing
     is excluded. ``neighbours`` is int64 (block size, k') of gallery indices with k' = min(k,
     gallery size), best first; ties rank the smaller gallery index first, as in :func:`knn`.
+    A non-exact ``search`` returns approximate neighbours (:class:`KnnSearch`).
     """
     check_space(space)
     if k < 0:
@@ -330,20 +495,35 @@ def knn_gallery_batches(
         for start, stop in _batch_bounds(len(q), query_batch):
             yield start, np.empty((stop - start, 0), dtype=np.int64)
         return
-    index, _ = _build_index(g, space)
     if space == "cosine":
         q = l2_normalise(q)
-    n = index.ntotal
+    if not search.exact:
+        approx = ApproxIndex(l2_normalise(g) if space == "cosine" else g, space, search)
+        exact_index: list[FlatIndex] = []  # built only if a row needs it
 
-    def neighbours(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+        def exact(block: np.ndarray, _rows: np.ndarray) -> np.ndarray:
+            if not exact_index:
+                exact_index.append(_build_index(g, space)[0])
+            return _gallery_block(exact_index[0], block, k, space)
+
+        for start, stop in _batch_bounds(len(q), query_batch):
+            yield start, _approx_neighbours(approx, exact, q[start:stop], None, k, space)
+        return
+    index, _ = _build_index(g, space)
+
+    def exact_block(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
         start, stop = bounds
-        block = q[start:stop]
-        m = min(k + 1, n)  # one more, to see whether the cut-off splits a tie
-        keys, ids = _search_sorted(index, block, m, space)
-        if m > k:
-            tied = np.flatnonzero(keys[:, k - 1] == keys[:, k])
-            if tied.size:
-                ids[tied, :k] = _resolve_cutoff_ties(index, block[tied], k, space)
-        return start, np.ascontiguousarray(ids[:, :k])
+        return start, _gallery_block(index, q[start:stop], k, space)
 
-    yield from _map_blocks(neighbours, _batch_bounds(len(q), query_batch))
+    yield from _map_blocks(exact_block, _batch_bounds(len(q), query_batch))
+
+
+def _gallery_block(index: FlatIndex, block: np.ndarray, k: int, space: Space) -> np.ndarray:
+    """The k nearest gallery items of each query of ``block`` (exact, ties by index)."""
+    m = min(k + 1, index.ntotal)  # one more, to see whether the cut-off splits a tie
+    keys, ids = _search_sorted(index, block, m, space)
+    if m > k:
+        tied = np.flatnonzero(keys[:, k - 1] == keys[:, k])
+        if tied.size:
+            ids[tied, :k] = _resolve_cutoff_ties(index, block[tied], k, space)
+    return np.ascontiguousarray(ids[:, :k])

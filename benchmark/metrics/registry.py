@@ -11,7 +11,15 @@ import numpy as np
 from benchmark.metrics import retrieval
 from benchmark.metrics.clustering import nmi
 from benchmark.metrics.full_ranking import full_ranking_average_precision
-from benchmark.metrics.knn import Space, as_float32_matrix, check_space, knn_batches, knn_gallery_batches
+from benchmark.metrics.knn import (
+    EXACT,
+    KnnSearch,
+    Space,
+    as_float32_matrix,
+    check_space,
+    knn_batches,
+    knn_gallery_batches,
+)
 from benchmark.registry import Registry
 
 PerQueryFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -176,6 +184,7 @@ def evaluate(
     metrics: Sequence[str] = MLRC_METRICS,
     *,
     query_batch: int = 2048,
+    search: KnnSearch = EXACT,
 ) -> dict[str, float]:
     """Score ``embeddings`` (N, D) with ``labels`` (N,) on the named metrics, query = gallery.
 
@@ -184,7 +193,9 @@ def evaluate(
     ``MAX_NEIGHBOUR_ENTRIES``). Returns ``{name: value}`` in the requested order; values are
     fractions in [0, 1], the mean over queries whose class has another member, or NaN if none has.
     Unknown names raise :class:`~benchmark.errors.UnknownNameError` before any work is done.
-    A single name may be passed as a plain string.
+    A single name may be passed as a plain string. ``search`` chooses the kNN search of the
+    ranking metrics: exact (the default) or an approximate faiss index (:class:`KnnSearch`);
+    ``map`` and ``nmi`` do not use it.
     """
     names = [metrics] if isinstance(metrics, str) else list(dict.fromkeys(metrics))
     specs = [METRICS.get(name) for name in names]
@@ -204,7 +215,7 @@ def evaluate(
         k = min(max(spec.k_needed(labels) for spec in ranking), max(n - 1, 0))
         per_query = {spec.name: np.full(n, np.nan) for spec in ranking}
         rows = max(1, min(query_batch, MAX_NEIGHBOUR_ENTRIES // max(k + 1, 1)))
-        for start, neighbours in knn_batches(x, k, space, query_batch=rows):
+        for start, neighbours in knn_batches(x, k, space, query_batch=rows, search=search):
             stop = start + len(neighbours)
             neighbour_labels = labels[neighbours]
             for spec in ranking:
@@ -228,13 +239,15 @@ def evaluate_query_gallery(
     metrics: Sequence[str] = MLRC_METRICS,
     *,
     query_batch: int = 2048,
+    search: KnnSearch = EXACT,
 ) -> dict[str, float]:
     """Score queries against a separate gallery on the named ranking metrics (In-Shop's protocol).
 
     Each query ranks the gallery only; its R is the number of gallery items with its label (a
     query without one is left out, as a singleton in :func:`evaluate`). Metrics computed from one
     embedding set as a whole (``map``, ``nmi``) are refused with a ValueError naming them.
-    Returns ``{name: value}`` in the requested order, fractions in [0, 1].
+    Returns ``{name: value}`` in the requested order, fractions in [0, 1]. ``search`` as in
+    :func:`evaluate`.
     """
     names = [metrics] if isinstance(metrics, str) else list(dict.fromkeys(metrics))
     specs = [METRICS.get(name) for name in names]
@@ -261,7 +274,7 @@ def evaluate_query_gallery(
     k = min(max(spec.k_needed(g_labels) + 1 for spec in specs), g.shape[0]) if specs else 0
     per_query = {spec.name: np.full(q.shape[0], np.nan) for spec in specs}
     rows = max(1, min(query_batch, MAX_NEIGHBOUR_ENTRIES // max(k + 1, 1)))
-    for start, neighbours in knn_gallery_batches(q, g, k, space, query_batch=rows):
+    for start, neighbours in knn_gallery_batches(q, g, k, space, query_batch=rows, search=search):
         stop = start + len(neighbours)
         for spec in specs:
             per_query[spec.name][start:stop] = spec.fn(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmark.metrics import evaluate
-from benchmark.metrics.knn import Space
+from benchmark.metrics.knn import EXACT, KnnSearch, Space
 from benchmark.stats import t_interval
 
 
@@ -28,12 +28,16 @@ def concatenate_embeddings(fold_embs: list[np.ndarray], space: str) -> np.ndarra
 
 
 def evaluate_folds(
-    fold_embs: list[np.ndarray], labels: np.ndarray, space: Space, metrics: list[str]
+    fold_embs: list[np.ndarray],
+    labels: np.ndarray,
+    space: Space,
+    metrics: list[str],
+    search: KnnSearch = EXACT,
 ) -> dict[str, dict[str, float]]:
     """Separated (mean over fold models) and concatenated metrics on the test classes."""
-    per_fold = [evaluate(e, labels, space, metrics) for e in fold_embs]
+    per_fold = [evaluate(e, labels, space, metrics, search=search) for e in fold_embs]
     separated = {m: float(np.mean([pf[m] for pf in per_fold])) for m in metrics}
-    concatenated = evaluate(concatenate_embeddings(fold_embs, space), labels, space, metrics)
+    concatenated = evaluate(concatenate_embeddings(fold_embs, space), labels, space, metrics, search=search)
     return {"separated": separated, "concatenated": concatenated, "per_fold": per_fold}  # type: ignore[dict-item]
 
 

@@ -22,6 +22,7 @@ from benchmark.data.splits import MLRCSplit, check_queries_have_positives, mlrc_
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import atomic_write, read_json, write_json_atomic
+from benchmark.metrics.knn import knn_search
 from benchmark.models.features import FeatureDataset, load_or_compute_features
 from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.convergence import convergence_summary
@@ -266,7 +267,11 @@ class MLRCRun(ProtocolRun):
     def _evaluate_folds(self, fold_embs: list[np.ndarray]) -> dict[str, dict[str, float]]:
         """Separated (mean over fold models) and concatenated metrics on the test classes."""
         return evaluate_folds(
-            fold_embs, self.test_set.labels, self.loss_spec.embedding_space, list(self.config.test.metrics)
+            fold_embs,
+            self.test_set.labels,
+            self.loss_spec.embedding_space,
+            list(self.config.test.metrics),
+            knn_search(self.config.eval),
         )
 
     # -- step 7 ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from benchmark.data.base import ImageDataset
 from benchmark.data.standard import PARTITIONS, LazyImageDataset, load_partitions
 from benchmark.errors import ConfigError, DataError, TrainingDiverged
 from benchmark.metrics import evaluate, evaluate_query_gallery
+from benchmark.metrics.knn import knn_search
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.run_data import cache_dir
 from benchmark.protocol.seeds import derive_seed
@@ -130,13 +131,19 @@ class TraditionalRun(RepeatedRun):
             emb = embed_samples(model, self.test_set, self.device)
             if not np.isfinite(emb).all():
                 raise TrainingDiverged("the model produced non-finite test embeddings")
-            return evaluate(emb, self.test_set.labels, space, metrics)
+            return evaluate(emb, self.test_set.labels, space, metrics, search=knn_search(self.config.eval))
         queries = embed_samples(model, self.query_set, self.device)
         gallery = embed_samples(model, self.test_set, self.device)
         if not (np.isfinite(queries).all() and np.isfinite(gallery).all()):
             raise TrainingDiverged("the model produced non-finite query or gallery embeddings")
         return evaluate_query_gallery(
-            queries, self.query_set.labels, gallery, self.test_set.labels, space, metrics
+            queries,
+            self.query_set.labels,
+            gallery,
+            self.test_set.labels,
+            space,
+            metrics,
+            search=knn_search(self.config.eval),
         )
 
     def run_rep(self, r: int) -> dict[str, Any]:

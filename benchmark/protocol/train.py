@@ -27,6 +27,7 @@ from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext
 from benchmark.losses import build_loss as build_loss
 from benchmark.metrics import evaluate as evaluate
+from benchmark.metrics.knn import knn_search
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
 from benchmark.protocol.convergence import STOP_REASONS
@@ -439,7 +440,8 @@ def train_with_loss(
         emb = embed_samples(model, val, device)
         if not np.isfinite(emb).all():
             raise TrainingDiverged(f"non-finite embeddings at epoch {epoch}")
-        return float(evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"])["map_at_r"])
+        scores = evaluate(emb, val.labels, spec.embedding_space, ["map_at_r"], search=knn_search(config.eval))
+        return float(scores["map_at_r"])
 
     best_val, best_epoch, since_best = -math.inf, 0, 0
     best_state = copy.deepcopy(model.state_dict())

@@ -58,6 +58,8 @@ class PreparedCase:
             section, name = key.split(".")
             if config[section].get(name) == neutral:
                 config[section].pop(name)
+                if not config[section]:  # a section added whole (eval) at its neutral values
+                    config.pop(section)
         identity = {
             "config": config,
             "params": self.params,

@@ -1,0 +1,119 @@
+"""Smoke runs of the measurement scripts of benchmarks/ with tiny counts: each runs to its end and
+prints the tables and ratios it promises. Nothing here checks a timing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+
+
+def run_script(name: str, args: list[str], cache: Path) -> str:
+    """stdout of ``benchmarks/<name>`` run with ``args`` (fails the test on a non-zero exit)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "DMLBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_train_throughput_prints_every_variant_and_both_ratios(cache_dir: Path) -> None:
+    out = run_script(
+        "train_throughput.py",
+        [
+            "--dataset",
+            "glyphs",
+            "--budget",
+            "smoke",
+            "--threads",
+            "1",
+            "--iters",
+            "3",
+            "--warmup-iters",
+            "2",
+            "--repeats",
+            "1",
+        ],
+        cache_dir,
+    )
+    assert re.search(r"torch CPU capability \S+", out)
+    for variant in (
+        "dmlbench",
+        "dmlbench-noprefetch",
+        "pml",
+        "pml-cl",
+        "pml-cl-batched",
+        "pml-cl-batched-w1",
+    ):
+        assert re.search(rf"^\| {re.escape(variant)} \| [0-9.]+ \|", out, re.M), variant
+    assert re.search(r"^ratio \(a\) dmlbench / PML as documented: [0-9.]+x$", out, re.M)
+    assert re.search(r"^ratio \(b\) engine alone, 1 OS thread each: .*: [0-9.]+x$", out, re.M)
+    assert re.search(r"^ratio \(b'\) .*: [0-9.]+x$", out, re.M)
+
+
+@pytest.mark.slow
+def test_profile_fold_prints_the_shares_and_the_flop_rate(cache_dir: Path) -> None:
+    out = run_script(
+        "profile_fold.py",
+        [
+            "--dataset",
+            "glyphs",
+            "--budget",
+            "smoke",
+            "--loss",
+            "contrastive",
+            "--repeats",
+            "1",
+            "--set",
+            "train.max_epochs=1",
+            "--mm-size",
+            "256",
+            "--clock-ghz",
+            "2.0",
+        ],
+        cache_dir,
+    )
+    for piece in (
+        "forward (model)",
+        "loss forward",
+        "backward",
+        "optimiser step",
+        "batch prep (sample + augment)",
+        "validation embedding",
+        "validation kNN + metric (faiss MAP@R)",
+        "Python/other",
+    ):
+        assert re.search(rf"^\| {re.escape(piece)}[^|]* \| [0-9.]+ \| [0-9.]+% \|$", out, re.M), piece
+    assert re.search(r"FLOPs per training image .* \| [0-9.]+ MFLOP", out)
+    assert re.search(r"^\| torch\.mm 256x256 .* GFLOP/s", out, re.M)
+    assert re.search(r"^\| theoretical peak \| [0-9.]+ GFLOP/s", out, re.M)
+    assert "x 2.00 GHz (--clock-ghz)" in out
+
+
+@pytest.mark.slow
+def test_eval_scaling_prints_the_table_the_fits_and_sop(cache_dir: Path) -> None:
+    out = run_script(
+        "eval_scaling.py",
+        ["--n", "1500,3000", "--dims", "128", "--max-pml-n", "1500", "--sop-n", "3000"],
+        cache_dir,
+    )
+    header = next(line for line in out.splitlines() if line.startswith("| dim | N |"))
+    for column in ("exact s", "pml s", "ivf MAP@R error", "hnsw MAP@R error"):
+        assert column in header
+    assert re.search(r"^\| 128 \| 3,000 \| .* \| – \| – \| [+-][0-9.]+ \| [+-][0-9.]+ \|$", out, re.M)
+    assert re.search(r"^\| exact \| 128 \| 1,500-3,000 \| [0-9.-]+ \|", out, re.M)
+    assert re.search(r"^\| all of SOP \(--sop-n 3,000\) \| 3,000 \| 128 \| [0-9.]+ \|", out, re.M)
+    assert "Largest |MAP@R error| of an approximate index" in out
