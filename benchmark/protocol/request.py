@@ -186,15 +186,17 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
 
 
 def check_data_dir(c: RunConfig) -> None:
-    """A dataset that reads files needs a data directory (torch-free, so the mistake is reported
-    before seconds of imports). A given directory's contents are checked by the dataset's loader,
-    whose error names the layout it expects."""
+    """A dataset that reads files needs a data directory, laid out as its ``check_data_dir`` declares
+    (torch-free, so the mistake is reported before seconds of imports). The files' contents are
+    checked by the dataset's loader."""
     spec = DATASETS.get(c.data.dataset)
     if spec.requires_data_dir and not c.data.data_dir:
         raise DataError(
             f"Dataset {c.data.dataset!r} reads files from disk: pass its folder with --data-dir PATH "
             "(or --set data.data_dir=PATH)."
         )
+    if c.data.data_dir and spec.check_data_dir is not None:
+        spec.check_data_dir(Path(c.data.data_dir))
 
 
 def check_counts(c: RunConfig, positive: Mapping[str, int]) -> None:
