@@ -481,11 +481,6 @@ def _dataset_spec(obj: object, shown: str) -> tuple[Registry[Any], Any]:
         )
     if not callable(obj.load) or not isinstance(obj.requires_data_dir, bool):
         raise ConfigError(f"Plugin {shown!r}: DatasetSpec.load must be callable, requires_data_dir a bool.")
-    if obj.check_data_dir is not None and not callable(obj.check_data_dir):
-        raise ConfigError(
-            f"Plugin {shown!r}: DatasetSpec.check_data_dir must be None or callable (data_dir -> None), "
-            f"got {obj.check_data_dir!r}."
-        )
     return DATASETS, obj
 
 

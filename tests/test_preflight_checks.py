@@ -120,12 +120,21 @@ def test_a_plugin_dataset_declares_its_own_check_and_preflight_calls_it(
     assert seen == [tmp_path.resolve()]
 
 
-def test_a_plugin_dataset_check_must_be_callable(tmp_path: Path) -> None:
-    from benchmark import plugins
-
+def test_a_plugin_dataset_check_must_be_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = DatasetSpec("badcheck", "d", True, lambda options: None, {}, "not callable")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="check_data_dir must be None or callable"):
-        plugins._dataset_spec(spec, "mod:DATA")
+    monkeypatch.setitem(DATASETS._items, "badcheck", spec)
+    request = RunRequest(
+        loss="contrastive",
+        dataset="badcheck",
+        data_dir=str(tmp_path),
+        budget="smoke",
+        out=tmp_path / "runs",
+        results_dir=tmp_path / "res",
+    )
+    with pytest.raises(
+        ConfigError, match=r"'badcheck': DatasetSpec\.check_data_dir must be None or callable"
+    ):
+        preflight(request)
 
 
 # -- weights files ----------------------------------------------------------------------------------

@@ -209,6 +209,11 @@ def check_data_dir(c: RunConfig) -> None:
             "(or --set data.data_dir=PATH)."
         )
     if c.data.data_dir and spec.check_data_dir is not None:
+        if not callable(spec.check_data_dir):  # a plugin's DatasetSpec: a TypeError traceback otherwise
+            raise ConfigError(
+                f"Dataset {c.data.dataset!r}: DatasetSpec.check_data_dir must be None or callable "
+                f"(data_dir -> None), got {spec.check_data_dir!r}."
+            )
         spec.check_data_dir(Path(c.data.data_dir))
 
 
