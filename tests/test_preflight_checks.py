@@ -259,3 +259,26 @@ def test_training_option_values_are_checked_without_torch(key: str, value: objec
     with pytest.raises(ConfigError) as info:
         validate_training_options(changed)
     assert str(info.value) == message + "."
+
+
+def test_a_trunk_that_cannot_be_built_on_the_meta_device_is_built_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch import nn
+
+    from benchmark.models.specs import TRUNKS, TrunkSpec
+    from benchmark.models.trunks import check_weights_file
+
+    def build(channels: int) -> tuple[nn.Module, int]:
+        width = int(torch.tensor(4).item())  # .item() fails on a meta tensor
+        return nn.Sequential(nn.Conv2d(channels, width, 3)), width
+
+    monkeypatch.setitem(TRUNKS._items, "itemtrunk", TrunkSpec("itemtrunk", "needs .item()", build, False))
+    path = tmp_path / "w.pth"
+    torch.save(build(1)[0].state_dict(), path)
+    check_weights_file(path, "itemtrunk")
+    torch.save({"0.weight": torch.zeros(5, 1, 3, 3), "0.bias": torch.zeros(5)}, path)
+    with pytest.raises(
+        ConfigError, match=r"wrong shape \['0.weight \(5, 1, 3, 3\) \(trunk: \(4, 3, 3, 3\)\)"
+    ):
+        check_weights_file(path, "itemtrunk")
