@@ -2,8 +2,9 @@
 
 ``dmlbench run`` calls :func:`preflight` right after parsing its arguments, before importing the
 runners (torch, Optuna, faiss): a mistyped name or value is refused in a fraction of a second.
-The runners call the same functions again in their ``resolve`` step (for callers of the Python
-API), followed by the checks that need torch or the data.
+Only a given weights file's contents need torch (:func:`check_weights_contents`); preflight checks
+them last, still before any data is read. The runners call the same functions again in their
+``resolve`` step (for callers of the Python API), followed by the checks that need torch or the data.
 """
 
 from __future__ import annotations
