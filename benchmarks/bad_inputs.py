@@ -95,6 +95,11 @@ def _count(key: str, value: int, message: str) -> Case:
     return Case(f"{key}={value}", "31 (8)", (*RUN, "--set", f"{key}={value}"), (message,))
 
 
+def _protocol_check(name: str, args: tuple[str, ...], message: str) -> Case:
+    """A check that needs neither torch nor the data but still comes after the torch import."""
+    return Case(name, "31 (8)", args, (message,), torch_free=False)
+
+
 CASES: tuple[Case, ...] = (
     # -- issue 14 §1: inputs that ended in a traceback ---------------------------------------------
     Case("train.lr=-1", "14 §1", (*RUN, "--set", "train.lr=-1"), ("train.lr must be > 0, got -1.0",)),
@@ -365,6 +370,40 @@ CASES: tuple[Case, ...] = (
     _count("model.embedding_dim", 0, "model.embedding_dim must be >= 1, got 0"),
     _count("test.reps", 0, "test.reps must be >= 1, got 0"),
     _count("train.patience", -1, "train.patience must be >= 1, got -1"),
+    # -- issue 31 (8): each protocol's own checks. They live in its runner, whose module imports torch;
+    # moving them into the torch-free protocol declaration waits for issue 29's protocol split.
+    _protocol_check(
+        "search.n_trials=0", (*RUN, "--set", "search.n_trials=0"), "search.n_trials must be >= 1, got 0"
+    ),
+    _protocol_check(
+        "train.iters_per_epoch=0",
+        (*RUN, "--set", "train.iters_per_epoch=0"),
+        "train.iters_per_epoch must be >= 1, got 0",
+    ),
+    _protocol_check(
+        "search.n_startup_trials=-1",
+        (*RUN, "--set", "search.n_startup_trials=-1"),
+        "search.n_startup_trials must be in [0, search.n_trials=3], got -1",
+    ),
+    _protocol_check(
+        "protocol.n_folds=3",
+        (*RUN, "--set", "protocol.n_folds=3"),
+        "protocol.n_folds must be 4 for MLRC (got 3)",
+    ),
+    _protocol_check(
+        "traditional with --jobs 2",
+        (*RUN, "--protocol", "traditional", "--jobs", "2"),
+        "protocol 'traditional' trains its repetitions one after another",
+    ),
+    _protocol_check(
+        "cbir with protocol.query_fraction=1.5",
+        (*RUN, "--protocol", "cbir", "--set", "protocol.query_fraction=1.5"),
+        "protocol.query_fraction must lie in (0, 1), got 1.5",
+    ),
+    # The size floor is checked where datasets are loaded (benchmark.data.base imports torch).
+    _protocol_check(
+        "data.image_size=4", (*RUN, "--set", "data.image_size=4"), "image_size must be at least 8 px, got 4"
+    ),
     # -- issue 31 (8): data directories, checked by the dataset's declared layout ------------------
     Case(
         "omniglot without --data-dir",
