@@ -75,7 +75,7 @@ def run(
     """
     from benchmark import plugins
     from benchmark.protocol.request import RunRequest, preflight
-    from benchmark.search.options import DEFAULT_HEARTBEAT_S
+    from benchmark.search.options import DEFAULT_HEARTBEAT_S, check_storage_url
 
     # Types first (a notebook passes anything): each a ConfigError naming the --flag, as the CLI does.
     loss = check_str("--loss", loss)
@@ -97,6 +97,8 @@ def run(
     resume_mixed_code = check_bool("--resume-mixed-code", resume_mixed_code)
     if heartbeat < 1:
         raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
+    # Imports SQLAlchemy for a database URL, never Optuna or torch: a wrong URL costs no import time.
+    check_storage_url(storage)
     if plugins.is_ref(loss):
         loss = plugins.load_ref("loss", loss)
     if dataset is not None and plugins.is_ref(dataset):
@@ -124,9 +126,7 @@ def run(
     # a mistake is reported in a fraction of a second instead of after seconds of imports.
     preflight(request)
     from benchmark.protocol.dispatch import runner_for
-    from benchmark.search.storage import check_storage_url
 
-    check_storage_url(storage)
     protocol_run = runner_for(protocol)(request)
     result = protocol_run.run()
     # The protocol writes the record; the leaderboard is refreshed here, by the caller that ran it.

@@ -9,16 +9,17 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from benchmark.data.base import DatasetOptions, ImageDataset
+from benchmark.data.layouts import FOLDER_EXTENSIONS as _EXTENSIONS
+from benchmark.data.layouts import check_folder_dir
 from benchmark.errors import DataError
-
-_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
 def load_folder(options: DatasetOptions) -> ImageDataset:
     """Class ids 0..C-1 follow the sorted class folder names; grayscale if every image is."""
     root = options.data_dir
-    if root is None or not root.is_dir():
-        raise DataError(f"folder needs --data-dir pointing at a root/<class>/<image> tree; got {root}.")
+    if root is None:
+        raise DataError("folder needs --data-dir pointing at a root/<class>/<image> tree.")
+    check_folder_dir(root)  # the same check dmlbench run makes before importing torch
     class_dirs = sorted(p for p in root.iterdir() if p.is_dir())
     files = [
         (c, p)
@@ -26,10 +27,6 @@ def load_folder(options: DatasetOptions) -> ImageDataset:
         for p in sorted(d.iterdir())
         if p.suffix.lower() in _EXTENSIONS
     ]
-    if not files:
-        raise DataError(
-            f"No images found in {root}: expected root/<class>/<image> with extensions {sorted(_EXTENSIONS)}."
-        )
     pil = []
     for _, path in files:
         try:

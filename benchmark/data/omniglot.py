@@ -27,27 +27,12 @@ from benchmark.data.base import (
     load_npz,
     save_npz_atomically,
 )
+from benchmark.data.layouts import OMNIGLOT_EXPECTED, check_omniglot_dir, omniglot_sources
+from benchmark.data.layouts import zip_members as _zip_members
 from benchmark.errors import DataError
 
 _NAME = re.compile(r"(?:^|/)(\d+)_(\d+)\.png$")
-_SOURCES = ("images_background", "images_evaluation")
 CACHE_VERSION = "omniglot-v1"
-
-
-def _sources(root: Path) -> list[Path]:
-    """Zips and extracted folders holding Omniglot images, in sorted order."""
-    candidates = [root, root / "omniglot-py"]
-    found: dict[str, Path] = {}
-    for base in candidates:
-        if not base.is_dir():
-            continue
-        for p in sorted(base.iterdir()):
-            if p.name.startswith(_SOURCES):
-                key = p.name.removesuffix(".zip")
-                # An extracted folder and its zip are the same source: keep one (the folder).
-                if key not in found or p.is_dir():
-                    found[key] = p
-    return [found[k] for k in sorted(found)]
 
 
 def _entries(source: Path) -> Iterator[tuple[int, int, str]]:
@@ -61,15 +46,6 @@ def _entries(source: Path) -> Iterator[tuple[int, int, str]]:
         m = _NAME.search(name)
         if m:
             yield int(m.group(1)), int(m.group(2)), name
-
-
-def _zip_members(source: Path) -> list[str]:
-    """Member names of a zip; a corrupt or truncated zip is a DataError naming the file."""
-    try:
-        with zipfile.ZipFile(source) as zf:
-            return zf.namelist()
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise DataError(f"Cannot read the Omniglot zip {source}: {exc}. Re-download or remove it.") from exc
 
 
 def _read(source: Path, member: str) -> bytes:
@@ -102,15 +78,10 @@ def _cache_key(sources: list[Path], size: int) -> str:
 def load_omniglot(options: DatasetOptions) -> ImageDataset:
     """Every unique character of the Omniglot sources under ``options.data_dir``."""
     root = options.data_dir
-    expected = "images_background*.zip / images_evaluation*.zip, the same as folders, or omniglot-py/"
     if root is None:
-        raise DataError(f"omniglot needs --data-dir pointing at a folder with {expected}.")
-    sources = _sources(root)
-    if not sources:
-        raise DataError(
-            f"No Omniglot data in {root}: expected {expected}. The official files are in the "
-            "brendenlake/omniglot repository (python/*.zip)."
-        )
+        raise DataError(f"omniglot needs --data-dir pointing at a folder with {OMNIGLOT_EXPECTED}.")
+    check_omniglot_dir(root)  # the same check dmlbench run makes before importing torch
+    sources = omniglot_sources(root)
     cache = (
         options.cache_dir
         / f"{CACHE_VERSION}-{options.image_size}-{_cache_key(sources, options.image_size)}.npz"

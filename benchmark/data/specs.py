@@ -2,8 +2,9 @@
 
 Importable without torch or PIL (``dmlbench list datasets`` and config validation use it): each
 spec's ``load`` is a lazily imported callable (:mod:`benchmark.lazy`) into the module that reads
-the dataset, imported when the dataset is first loaded. The registration order is the order of
-``dmlbench list datasets``.
+the dataset, imported when the dataset is first loaded; its ``check_data_dir`` is a torch-free
+layout check (:mod:`benchmark.data.layouts`) that ``dmlbench run`` makes before importing torch.
+The registration order is the order of ``dmlbench list datasets``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmark.data.layouts import STANDARD_LAYOUTS, check_folder_dir, check_omniglot_dir, layout_check
 from benchmark.lazy import lazy_callable
 from benchmark.registry import Registry
 
@@ -42,6 +44,11 @@ class DatasetSpec:
     top of the protocol file and counted as paper values (not deviations), e.g. MLRC's schedule
     ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (docs/protocols.md §2.2)."""
 
+    check_data_dir: Callable[[Path], None] | None = None
+    """The dataset's layout check: a cheap function of the ``--data-dir`` path (names of files and
+    folders, no image decoded, no torch) that raises :class:`~benchmark.errors.DataError` naming what
+    is missing. ``dmlbench run`` calls it before importing torch; None: the loader alone checks."""
+
     def settings_for(self, protocol: str) -> Mapping[str, Any]:
         """This dataset's paper settings under ``protocol`` (empty: the protocol file's values)."""
         return self.protocol_settings.get(protocol, {})
@@ -57,9 +64,11 @@ def _register(
     target: str,
     registry: Registry[DatasetSpec] = DATASETS,
     protocol_settings: Mapping[str, Mapping[str, Any]] | None = None,
+    check_data_dir: Callable[[Path], None] | None = None,
 ) -> None:
     load: Callable[[DatasetOptions], ImageDataset] = lazy_callable(target)
-    registry.register(name, DatasetSpec(name, description, requires_data_dir, load, protocol_settings or {}))
+    spec = DatasetSpec(name, description, requires_data_dir, load, protocol_settings or {}, check_data_dir)
+    registry.register(name, spec)
 
 
 _register(
@@ -67,6 +76,7 @@ _register(
     "Any root/<class>/<image> tree (class ids = sorted folder names)",
     True,
     "benchmark.data.folder:load_folder",
+    check_data_dir=check_folder_dir,
 )
 _register(
     "glyphs",
@@ -80,6 +90,7 @@ _register(
     "Omniglot handwritten characters (class = character id; 20 drawers each); reads the official zips",
     True,
     "benchmark.data.omniglot:load_omniglot",
+    check_data_dir=check_omniglot_dir,
 )
 
 #: The standard on-disk datasets (benchmark.data.standard): name -> description. Their photo
@@ -158,6 +169,7 @@ def register_standard_datasets(registry: Registry[DatasetSpec]) -> None:
             f"benchmark.data.standard:load_{name}",
             registry,
             PAPER_SETTINGS.get(name, {}),
+            layout_check(STANDARD_LAYOUTS[name]),
         )
 
 

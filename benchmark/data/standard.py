@@ -35,6 +35,18 @@ from PIL import Image, UnidentifiedImageError
 
 from benchmark.data.augment import AugmentSpec, train_batch_from_whole
 from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
+from benchmark.data.layouts import (  # torch-free: dmlbench run checks a layout before importing torch
+    CARS_LAYOUT,
+    CIFAR100_LAYOUT,
+    CUB_LAYOUT,
+    FOOD101_LAYOUT,
+    INSHOP_LAYOUT,
+    SOP_LAYOUT,
+    SVHN_LAYOUT,
+    TINYIMAGENET_LAYOUT,
+    find_root,
+)
+from benchmark.data.layouts import Layout as _Layout
 from benchmark.data.specs import register_standard_datasets as register_standard_datasets  # moved there
 from benchmark.errors import DataError
 
@@ -291,42 +303,9 @@ AnyImageDataset = ImageDataset | LazyImageDataset
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """How to recognise a dataset folder and what to tell a user who does not have one."""
-
-    name: str
-    title: str
-    subdirs: tuple[str, ...]  # usual folder names below data_dir
-    markers: tuple[tuple[str, ...], ...]  # each entry: alternative relative paths, one must exist
-    source: str
-
-    def expected(self) -> str:
-        return ", ".join(" or ".join(alts) for alts in self.markers)
-
-
 def _find_root(options: DatasetOptions, layout: _Layout) -> Path:
-    """The first of data_dir and data_dir/<usual names> that holds all marker files."""
-    if options.data_dir is None:
-        raise DataError(
-            f"Dataset {layout.name!r} ({layout.title}) reads files from disk: pass the folder that holds "
-            f"it as the data directory (expected {layout.expected()} in it or in "
-            f"{'/ or '.join(layout.subdirs)}/ below it). {layout.source}"
-        )
-    data_dir = Path(options.data_dir).expanduser()
-    candidates = [data_dir, *(data_dir / s for s in layout.subdirs)]
-    partial: list[str] = []
-    for root in candidates:
-        missing = [alts for alts in layout.markers if not any((root / a).exists() for a in alts)]
-        if not missing:
-            return root
-        if len(missing) < len(layout.markers):
-            partial.append(f"{root} lacks {', '.join(' or '.join(m) for m in missing)}")
-    found = f" Incomplete: {'; '.join(partial)}." if partial else ""
-    raise DataError(
-        f"Dataset {layout.name!r} ({layout.title}) not found: expected {layout.expected()} "
-        f"in one of {', '.join(str(c) for c in candidates)}.{found} {layout.source}"
-    )
+    """The folder holding ``layout``'s markers (:func:`benchmark.data.layouts.find_root`)."""
+    return find_root(options.data_dir, layout)
 
 
 def _file_sizes(root: Path, paths: Sequence[str], layout: _Layout) -> np.ndarray:
@@ -415,15 +394,6 @@ class _Loaded:
 # Deep-metric-learning datasets
 # --------------------------------------------------------------------------------------------------
 
-CUB_LAYOUT = _Layout(
-    "cub200",
-    "CUB-200-2011",
-    ("CUB_200_2011", "CUB_200_2011/CUB_200_2011", "cub200"),
-    (("images.txt",), ("image_class_labels.txt",), ("images",)),
-    "Get CUB_200_2011.tgz from https://www.vision.caltech.edu/datasets/cub_200_2011/ "
-    "(CaltechDATA record 65de6-vp158) and extract it into the data directory.",
-)
-
 
 def _cub(options: DatasetOptions) -> _Loaded:
     layout = CUB_LAYOUT
@@ -447,17 +417,6 @@ def _cub(options: DatasetOptions) -> _Loaded:
         for row in _read_rows(root / "classes.txt", 2, layout):
             names[_to_int(row[0], root / "classes.txt", layout, "class id")] = row[1].split(".", 1)[-1]
     return _Loaded(_lazy(layout, root, paths, labels, names, options))
-
-
-CARS_LAYOUT = _Layout(
-    "cars196",
-    "Cars196 (Stanford Cars)",
-    ("cars196", "CARS196", "stanford_cars", "cars"),
-    (("cars_annos.mat",), ("car_ims",)),
-    "Get car_ims.tgz and cars_annos.mat of Stanford Cars (Krause et al. 2013; originally "
-    "http://ai.stanford.edu/~jkrause/cars/car_dataset.html, now on mirrors such as Kaggle) and put "
-    "both, with car_ims/ extracted, into one folder.",
-)
 
 
 def _mat_field(record: np.ndarray, name: str) -> list[Any]:
@@ -499,16 +458,6 @@ def _cars(options: DatasetOptions) -> _Loaded:
     return _Loaded(_lazy(layout, root, paths, labels, names, options))
 
 
-SOP_LAYOUT = _Layout(
-    "sop",
-    "Stanford Online Products",
-    ("Stanford_Online_Products", "sop", "SOP"),
-    (("Ebay_train.txt",), ("Ebay_test.txt",)),
-    "Get Stanford_Online_Products.zip from https://cvgl.stanford.edu/projects/lifted_struct/ and extract it "
-    "into the data directory.",
-)
-
-
 def _sop(options: DatasetOptions) -> _Loaded:
     layout = SOP_LAYOUT
     root = _find_root(options, layout)
@@ -535,14 +484,6 @@ def _sop(options: DatasetOptions) -> _Loaded:
     return _Loaded(_lazy(layout, root, paths, labels, names, options), np.asarray(parts))
 
 
-INSHOP_LAYOUT = _Layout(
-    "inshop",
-    "DeepFashion In-Shop Clothes Retrieval",
-    ("In-shop Clothes Retrieval Benchmark", "inshop", "InShop", "In-shop"),
-    (("list_eval_partition.txt", "Eval/list_eval_partition.txt"), ("img", "Img/img")),
-    "Get list_eval_partition.txt (Eval/) and img.zip (Img/) of the In-shop Clothes Retrieval Benchmark from "
-    "https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html and extract img.zip.",
-)
 INSHOP_PARTITIONS = ("train", "query", "gallery")
 
 
@@ -583,15 +524,6 @@ def _inshop(options: DatasetOptions) -> _Loaded:
 # --------------------------------------------------------------------------------------------------
 # Closed-set retrieval datasets (cbir protocol)
 # --------------------------------------------------------------------------------------------------
-
-CIFAR100_LAYOUT = _Layout(
-    "cifar100",
-    "CIFAR-100 (python version)",
-    ("cifar-100-python", "cifar100/cifar-100-python", "cifar100"),
-    (("train",), ("test",)),
-    "Get https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz (or run torchvision.datasets.CIFAR100("
-    "root, download=True) on a machine with internet) and extract it into the data directory.",
-)
 
 
 def _resize_square(images: np.ndarray, size: int) -> torch.Tensor:
@@ -653,16 +585,6 @@ def _cifar100(options: DatasetOptions) -> _Loaded:
     return _Loaded(dataset, np.asarray(parts))
 
 
-SVHN_LAYOUT = _Layout(
-    "svhn",
-    "SVHN (cropped digits, format 2)",
-    ("svhn", "SVHN"),
-    (("train_32x32.mat",), ("test_32x32.mat",)),
-    "Get train_32x32.mat and test_32x32.mat from http://ufldl.stanford.edu/housenumbers/ into the data "
-    "directory (torchvision.datasets.SVHN uses the same files).",
-)
-
-
 def _svhn(options: DatasetOptions) -> _Loaded:
     layout = SVHN_LAYOUT
     root = _find_root(options, layout)
@@ -696,16 +618,6 @@ def _svhn(options: DatasetOptions) -> _Loaded:
     return _Loaded(dataset, np.asarray(parts))
 
 
-FOOD101_LAYOUT = _Layout(
-    "food101",
-    "Food-101",
-    ("food-101", "food101", "food-101/food-101"),
-    (("meta/train.txt",), ("meta/test.txt",), ("images",)),
-    "Get https://data.vision.ee.ethz.ch/cvl/food-101.tar.gz (or torchvision.datasets.Food101 on a machine "
-    "with internet) and extract it into the data directory.",
-)
-
-
 def _food101(options: DatasetOptions) -> _Loaded:
     layout = FOOD101_LAYOUT
     root = _find_root(options, layout)
@@ -736,13 +648,6 @@ def _food101(options: DatasetOptions) -> _Loaded:
     return _Loaded(dataset, np.asarray(parts))
 
 
-TINYIMAGENET_LAYOUT = _Layout(
-    "tinyimagenet",
-    "Tiny ImageNet (200 classes)",
-    ("tiny-imagenet-200",),
-    (("train",), ("val/val_annotations.txt",)),
-    "Get http://cs231n.stanford.edu/tiny-imagenet-200.zip and extract it into the data directory.",
-)
 _IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -291,7 +292,11 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
         except SafetensorError as exc:
             raise ConfigError(f"Trunk weights file {path} is not a readable safetensors file: {exc}") from exc
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns of a pickle protocol it does not write before reading on; whatever the
+            # file holds is judged below, so the warning would only precede the real message.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises anything from IndexError to UnpicklingError on a non-checkpoint
         raise ConfigError(
             f"Trunk weights file {path} is not a PyTorch checkpoint ({type(exc).__name__}: {exc}); expected "
@@ -307,9 +312,67 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
     return state
 
 
-def check_weights_file(path: Path) -> None:
-    """Raise ConfigError unless ``path`` is a readable state dict (checked before any data is loaded)."""
-    _read_state_dict(path)
+def check_weights_file(path: Path, trunk_name: str | None = None) -> None:
+    """Raise ConfigError unless ``path`` is a readable state dict whose keys and shapes fit the trunk
+    ``trunk_name`` (when given); checked before any data is loaded.
+
+    The trunk is built on torch's meta device (no memory, no random numbers drawn), with 3 input
+    channels: a first convolution's channel count is left to :func:`load_trunk_weights`, which
+    averages RGB weights for a grayscale dataset, and the dataset's channels are not known yet.
+    """
+    state = _read_state_dict(path)
+    if trunk_name is None:
+        return
+    spec = trunk_spec(trunk_name)
+    try:
+        with torch.device("meta"):
+            trunk, _ = spec.build(3)
+    except Exception:  # a trunk (a plugin's) that needs real tensors to be built: build it on the CPU
+        with torch.random.fork_rng(devices=[]):
+            trunk, _ = spec.build(3)
+    _fit_state(trunk.state_dict(), state, path, spec.head_names, any_channels=True)
+
+
+def _fit_state(
+    own: Mapping[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
+    path: Path,
+    head_names: tuple[str, ...],
+    *,
+    any_channels: bool = False,
+) -> dict[str, torch.Tensor]:
+    """``state`` as the trunk whose state dict is ``own`` loads it: classifier keys dropped, RGB first
+    convolutions averaged for a grayscale trunk. A ConfigError names missing, unexpected and
+    wrongly shaped keys. ``any_channels``: ``own`` is an RGB trunk's and the dataset's channels are
+    not known, so a convolution taking 3 input channels there may hold 1 or 3 in ``state``."""
+    skip = CLASSIFIER_PREFIXES + tuple(f"{h}." for h in head_names)
+    # A key the trunk has is loaded even under a classifier prefix (e.g. timm's head.norm).
+    filtered = {k: v for k, v in state.items() if not (k.startswith(skip) and k not in own)}
+    for k, v in list(filtered.items()):
+        if k in own and own[k].shape != v.shape and v.ndim == 4 and own[k].shape[1] == 1:
+            filtered[k] = v.mean(dim=1, keepdim=True)  # RGB first conv -> grayscale
+    missing = [k for k in own if k not in filtered and not k.endswith("num_batches_tracked")]
+    unexpected = [k for k in filtered if k not in own]
+
+    def fits(key: str) -> bool:
+        want, got = tuple(own[key].shape), tuple(filtered[key].shape)
+        if any_channels and len(want) == 4 == len(got) and want[1] == 3 and got[1] in (1, 3):
+            return want[:1] + want[2:] == got[:1] + got[2:]
+        return want == got
+
+    shapes = [
+        f"{k} {tuple(filtered[k].shape)} (trunk: {tuple(own[k].shape)})"
+        for k in filtered
+        if k in own and not fits(k)
+    ]
+    problems = [
+        f"{what} {keys[:5]}" + (f" ({len(keys)} in all)" if len(keys) > 5 else "")
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes))
+        if keys
+    ]
+    if problems:
+        raise ConfigError(f"Weights in {path} do not fit the trunk: {', '.join(problems)}.")
+    return filtered
 
 
 def load_trunk_weights(trunk: nn.Module, path: Path, head_names: tuple[str, ...] = ()) -> None:
@@ -319,19 +382,8 @@ def load_trunk_weights(trunk: nn.Module, path: Path, head_names: tuple[str, ...]
     """
     if not path.is_file():
         raise ConfigError(f"Trunk weights file {path} does not exist (model.trunk_weights).")
-    state = _read_state_dict(path)
-    own = trunk.state_dict()
-    skip = CLASSIFIER_PREFIXES + tuple(f"{h}." for h in head_names)
-    # A key the trunk has is loaded even under a classifier prefix (e.g. timm's head.norm).
-    filtered = {k: v for k, v in state.items() if not (k.startswith(skip) and k not in own)}
-    for k, v in list(filtered.items()):
-        if k in own and own[k].shape != v.shape and v.ndim == 4 and own[k].shape[1] == 1:
-            filtered[k] = v.mean(dim=1, keepdim=True)  # RGB first conv -> grayscale
-    missing, unexpected = trunk.load_state_dict(filtered, strict=False)
-    if unexpected or [m for m in missing if not m.endswith("num_batches_tracked")]:
-        raise ConfigError(
-            f"Weights in {path} do not fit the trunk: missing {missing[:5]}, unexpected {unexpected[:5]}."
-        )
+    state = _fit_state(trunk.state_dict(), _read_state_dict(path), path, head_names)
+    trunk.load_state_dict(state, strict=False)
 
 
 class EmbeddingModel(nn.Module):

@@ -2,8 +2,9 @@
 
 ``dmlbench run`` calls :func:`preflight` right after parsing its arguments, before importing the
 runners (torch, Optuna, faiss): a mistyped name or value is refused in a fraction of a second.
-The runners call the same functions again in their ``resolve`` step (for callers of the Python
-API), followed by the checks that need torch or the data.
+Only a given weights file's contents need torch (:func:`check_weights_contents`); preflight checks
+them last, still before any data is read. The runners call the same functions again in their
+``resolve`` step (for callers of the Python API), followed by the checks that need torch or the data.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.specs import trunk_spec
+from benchmark.models.weights_format import check_weights_format
+from benchmark.option_checks import validate_training_options
 from benchmark.protocol.specs import file_protocol_spec, resolve_run_config
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
@@ -134,40 +137,27 @@ def dataset_paper_settings(dataset: str, protocol: str) -> Mapping[str, Any]:
 
 
 def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
-    """Checks every protocol shares: registered names, augmentation, counts ``positive`` >= 1, reps >= 2."""
-    # The counts first: they need nothing imported, while the checks below read weight files and
-    # import torch (seconds before a typo'd --set train.batch_size=0 would be reported).
-    check_counts(c, positive)
-    DATASETS.get(c.data.dataset)
-    spec = trunk_spec(c.model.trunk)
-    if c.model.trunk_weights and not c.model.pretrained:
-        # Which one wins is not obvious (weights ignored, or pretrained switched on?): refused.
-        raise ConfigError(
-            f"--trunk-weights / model.trunk_weights = {c.model.trunk_weights!r} was given but "
-            "model.pretrained = false (the cpu budgets train from scratch). To start from those weights "
-            "add --set model.pretrained=true; to train from scratch, leave out --trunk-weights."
-        )
+    """Checks every protocol shares: :func:`check_common`, then those that need torch (pretrained
+    weights looked up in torch's cache, a weights file's contents)."""
+    check_common(c, positive)
     if c.model.pretrained and not c.model.trunk_weights:
         from benchmark.models.trunks import lookup_cached_weights  # reads torch's hub directory
 
-        searched = lookup_cached_weights(spec).searched
+        searched = lookup_cached_weights(trunk_spec(c.model.trunk)).searched
         where = "".join(f" and {place}" for place in searched)
         raise ConfigError(
             f"model.pretrained = true for trunk {c.model.trunk!r} but no weights file was given{where}; "
             "weights are never downloaded. Pass --trunk-weights PATH (or --set model.pretrained=false)."
         )
-    if is_builtin(c.model.trunk_weights):
-        # Checks the name, the trunk it belongs to and the file's sha256 before any compute.
-        weights_record(c.model.trunk, True, c.model.trunk_weights)
-    elif c.model.trunk_weights:
-        path = Path(c.model.trunk_weights).expanduser()
-        if not path.is_file():
-            raise ConfigError(
-                f"--trunk-weights / model.trunk_weights: no such file {c.model.trunk_weights!r}."
-            )
-        from benchmark.models.trunks import check_weights_file  # torch reads the file
+    check_weights_contents(c)
 
-        check_weights_file(path)
+
+def check_common(c: RunConfig, positive: Mapping[str, int]) -> None:
+    """The torch-free checks every protocol shares: registered names, augmentation, option values,
+    counts ``positive`` >= 1, reps >= 2, and a weights file's name, checksum or first bytes."""
+    check_counts(c, positive)
+    DATASETS.get(c.data.dataset)
+    trunk_spec(c.model.trunk)
     SAMPLERS.get(c.search.sampler)
     for m in c.test.metrics:
         METRICS.get(m)
@@ -180,21 +170,52 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
             f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
             f"data.augment = {c.data.augment!r}; add --set data.augment=none."
         )
-    from benchmark.protocol.training_options import validate_training_options  # imports torch
-
     validate_training_options(c)
+    if c.model.trunk_weights and not c.model.pretrained:
+        # Which one wins is not obvious (weights ignored, or pretrained switched on?): refused.
+        raise ConfigError(
+            f"--trunk-weights / model.trunk_weights = {c.model.trunk_weights!r} was given but "
+            "model.pretrained = false (the cpu budgets train from scratch). To start from those weights "
+            "add --set model.pretrained=true; to train from scratch, leave out --trunk-weights."
+        )
+    if is_builtin(c.model.trunk_weights):
+        # Checks the name, the trunk it belongs to and the file's sha256 before any compute.
+        weights_record(c.model.trunk, True, c.model.trunk_weights)
+    elif c.model.trunk_weights:
+        check_weights_format(Path(c.model.trunk_weights).expanduser())
+
+
+def check_weights_contents(c: RunConfig) -> None:
+    """A ``model.trunk_weights`` file (not a built-in one) holds a state dict that fits the trunk.
+
+    This needs torch (only unpickling tells a state dict from another pickled object, and the
+    trunk's keys come from building it), so it comes after every torch-free check; it is still made
+    before any data is read.
+    """
+    if not c.model.trunk_weights or is_builtin(c.model.trunk_weights):
+        return
+    from benchmark.models.trunks import check_weights_file  # torch reads the file
+
+    check_weights_file(Path(c.model.trunk_weights).expanduser(), c.model.trunk)
 
 
 def check_data_dir(c: RunConfig) -> None:
-    """A dataset that reads files needs a data directory (torch-free, so the mistake is reported
-    before seconds of imports). A given directory's contents are checked by the dataset's loader,
-    whose error names the layout it expects."""
+    """A dataset that reads files needs a data directory, laid out as its ``check_data_dir`` declares
+    (torch-free, so the mistake is reported before seconds of imports). The files' contents are
+    checked by the dataset's loader."""
     spec = DATASETS.get(c.data.dataset)
     if spec.requires_data_dir and not c.data.data_dir:
         raise DataError(
             f"Dataset {c.data.dataset!r} reads files from disk: pass its folder with --data-dir PATH "
             "(or --set data.data_dir=PATH)."
         )
+    if c.data.data_dir and spec.check_data_dir is not None:
+        if not callable(spec.check_data_dir):  # a plugin's DatasetSpec: a TypeError traceback otherwise
+            raise ConfigError(
+                f"Dataset {c.data.dataset!r}: DatasetSpec.check_data_dir must be None or callable "
+                f"(data_dir -> None), got {spec.check_data_dir!r}."
+            )
+        spec.check_data_dir(Path(c.data.data_dir))
 
 
 def check_counts(c: RunConfig, positive: Mapping[str, int]) -> None:
@@ -216,7 +237,8 @@ def positive_counts(c: RunConfig, keys: tuple[str, ...]) -> dict[str, int]:
 
 
 def preflight(req: RunRequest) -> RunConfig:
-    """Every check of ``req`` that needs neither torch nor the data; returns the resolved config.
+    """Every check of ``req`` that needs neither torch nor the data, then a weights file's contents
+    (torch; before any data is read); returns the resolved config.
 
     Pretrained weights asked for without a file are looked up in the runner (in torch's cache),
     so that case, and the protocol-specific checks, are left to the runner's ``resolve``.
@@ -225,8 +247,6 @@ def preflight(req: RunRequest) -> RunConfig:
     LOSSES.get(req.loss)
     config, _ = resolve_run_config(*request_layers(req), dataset_paper_settings)
     check_data_dir(config)
-    if config.model.pretrained and not config.model.trunk_weights:
-        check_counts(config, positive_counts(config, COMMON_POSITIVE))
-        return config
-    validate_common(config, positive_counts(config, COMMON_POSITIVE))
+    check_common(config, positive_counts(config, COMMON_POSITIVE))
+    check_weights_contents(config)
     return config

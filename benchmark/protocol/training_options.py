@@ -25,39 +25,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchmark.config import ModelConfig, RunConfig, TrainConfig
+from benchmark.config import ModelConfig, TrainConfig
 from benchmark.errors import ConfigError
 from benchmark.models.trunks import EmbeddingModel
 
-POOLINGS = ("avg", "avg+max")
-EMBEDDER_INITS = ("default", "kaiming")
+# The value checks need no torch: dmlbench run makes them before importing it (re-exported here).
+from benchmark.option_checks import EMBEDDER_INITS as EMBEDDER_INITS
+from benchmark.option_checks import POOLINGS as POOLINGS
+from benchmark.option_checks import validate_training_options as validate_training_options
+
 # Offset of the embedder-init seed from the model seed: the init draws its own numbers and must
 # not repeat the trunk's first draws.
 _INIT_SEED_OFFSET = 7919
-
-
-def validate_training_options(config: RunConfig) -> None:
-    """ConfigError naming the key for an option value the loop cannot run with."""
-    m, t = config.model, config.train
-    if m.pooling not in POOLINGS:
-        raise ConfigError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {m.pooling!r}.")
-    if m.embedder_init not in EMBEDDER_INITS:
-        raise ConfigError(
-            f"model.embedder_init must be one of {', '.join(EMBEDDER_INITS)}, got {m.embedder_init!r}."
-        )
-    if m.frozen_trunk and (m.pooling != "avg" or m.freeze_trunk_bn_affine):
-        raise ConfigError(
-            "model.frozen_trunk = true caches average-pooled trunk features; model.pooling must be 'avg' "
-            "and model.freeze_trunk_bn_affine false (the trunk does not train anyway)."
-        )
-    if t.warmup_epochs < 0:
-        raise ConfigError(f"train.warmup_epochs must be >= 0, got {t.warmup_epochs}.")
-    if t.lr_decay_step < 0:
-        raise ConfigError(f"train.lr_decay_step must be >= 0 (0 = no decay), got {t.lr_decay_step}.")
-    if not 0 < t.lr_decay_gamma <= 1:
-        raise ConfigError(f"train.lr_decay_gamma must be in (0, 1], got {t.lr_decay_gamma}.")
-    if t.clip_grad_value < 0:
-        raise ConfigError(f"train.clip_grad_value must be >= 0 (0 = no clipping), got {t.clip_grad_value}.")
 
 
 def configure_model(model: EmbeddingModel, options: ModelConfig, seed: int) -> EmbeddingModel:

@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-import sqlalchemy
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, fail_stale_trials
 from optuna.storages.journal import JournalFileBackend
 
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.search.options import DEFAULT_HEARTBEAT_S as DEFAULT_HEARTBEAT_S  # re-exported
+from benchmark.search.options import check_storage_url as check_storage_url  # re-exported
+from benchmark.search.options import is_database_url as is_database_url  # re-exported
+from benchmark.search.options import redact_url as redact_url  # re-exported
 
 try:  # Optuna >= 5 renamed the retry callback and its RDBStorage argument
     from optuna.storages import RetryHeartbeatStaleTrialCallback as _Retry
@@ -50,34 +52,6 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 IDENTITY_ATTR = "dmlbench_identity"
 READY_ATTR = "dmlbench_ready"
-
-
-def is_database_url(url: str | None) -> bool:
-    """Whether ``url`` names a database (SQLAlchemy URL) rather than the embedded journal."""
-    return url is not None and "://" in url
-
-
-def check_storage_url(url: str | None) -> None:
-    """Reject a ``--storage`` value that is not an SQLAlchemy URL before any compute."""
-    if url is None:
-        return
-    if not is_database_url(url):
-        raise ConfigError(
-            f"--storage expects a database URL such as postgresql://user@host/db (or sqlite:///file.db), "
-            f"got {url!r}. Leave it out to use the journal file in the run directory."
-        )
-    try:
-        dialect = sqlalchemy.engine.make_url(url).get_dialect()
-        dialect.import_dbapi()
-    except ImportError as exc:
-        raise ConfigError(
-            f"--storage {url.split('://', 1)[0]}://... needs its database driver ({exc}); for PostgreSQL: "
-            "pip install 'dmlbench[postgres]'."
-        ) from exc
-    except Exception as exc:  # SQLAlchemy's ArgumentError and friends: not a URL it understands
-        raise ConfigError(
-            f"--storage {redact_url(url)} is not a database URL SQLAlchemy understands: {exc}"
-        ) from exc
 
 
 def repair_torn_journal(path: Path) -> str | None:
@@ -134,15 +108,6 @@ def open_storage(url: str | None, journal: Path, heartbeat_s: int) -> BaseStorag
             error = exc
             time.sleep(1.0 + attempt)
     raise DmlbenchError(f"Cannot open the study storage {redact_url(url)}: {error}") from error
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password (for messages and run records)."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
-    return url
 
 
 def open_shared_study(
