@@ -30,7 +30,9 @@ SETTINGS = (  # (losses, seeds, reps, sigma_a, sigma_e) in MAP@R fractions
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--boards", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -41,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         mu = np.linspace(0.3, 0.5, losses)
         hits = one = 0
         for _ in range(args.boards):
-            y = mu[:, None, None] + rng.normal(0, sa, (losses, seeds, 1)) + rng.normal(0, se, (losses, seeds, reps))
+            y = (
+                mu[:, None, None]
+                + rng.normal(0, sa, (losses, seeds, 1))
+                + rng.normal(0, se, (losses, seeds, reps))
+            )
             rows = [[list(y[k, s]) for s in range(seeds)] for k in range(losses)]
             for k, est in enumerate(row_estimates(rows)):
                 hits += abs(est.mean - mu[k]) <= est.half_width

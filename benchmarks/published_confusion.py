@@ -21,7 +21,9 @@ from benchmark.stats.equivalence import VERDICTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tables", type=Path, default=SHIPPED_DIR)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -62,7 +62,7 @@ def _train_with_validation(
     calls: list[int] = []
 
     def fake_evaluate(
-        emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str]
+        emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str], **_: object
     ) -> dict[str, float]:
         calls.append(len(calls) + (0 if validates_untrained else 1))
         return {"map_at_r": next(seq)}

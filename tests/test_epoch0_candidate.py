@@ -141,7 +141,9 @@ def _scripted(
     seq = iter(scores)
     calls: list[float] = []
 
-    def evaluate(emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str]) -> dict[str, float]:
+    def evaluate(
+        emb: np.ndarray, labels: np.ndarray, space: str, metrics: list[str], **_: object
+    ) -> dict[str, float]:
         calls.append(next(seq))
         return {"map_at_r": calls[-1]}
 

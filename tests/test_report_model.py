@@ -100,7 +100,10 @@ def test_budgets_sharing_no_metric_write_all_four_files(
     # The stated rule: no metric column in any format, both budgets' rows, and a note saying why.
     assert NO_SHARED_METRIC in texts["md"] and "% " + NO_SHARED_METRIC in texts["tex"]
     assert "## Budget `mini`" in texts["md"] and "## Budget `smoke`" in texts["md"]
-    assert "| Loss | Group | Seeds | Reps | Interval covers | Stopped by patience (test; search) | Commit |" in texts["md"]
+    assert (
+        "| Loss | Group | Seeds | Reps | Interval covers | Stopped by patience (test; search) | Commit |"
+        in texts["md"]
+    )
     rows = list(csv.DictReader(io.StringIO(texts["csv"])))
     assert [(r["budget"], r["loss"]) for r in rows] == [
         ("mini", "a"),
