@@ -66,6 +66,13 @@ def is_source_candidate(codepoint: int) -> bool:
 
 
 # --- what the source must be disjoint from -------------------------------------------------------
+# The registered datasets whose classes are characters, which the source must not resemble either
+# (benchmarks/pretrain_trunk.py filters look-alikes against each). The dataset registry declares no
+# "images are characters" property, so the list is kept here, and a test checks every registered
+# dataset against it. svhn's classes (digits 0-9) are glyphs classes too, so glyphs' filter covers
+# them; the others are photographs, or a user's folders.
+LOOKALIKE_DATASETS: tuple[str, ...] = ("glyphs", "omniglot")
+
 # Omniglot's 50 alphabets (background + evaluation sets) and the Unicode blocks of their scripts.
 # An empty tuple: an invented script with no Unicode encoding (its characters cannot be a Unicode
 # symbol class by identity; the source classes are still required to be symbols, not letters).
