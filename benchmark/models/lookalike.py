@@ -31,8 +31,8 @@ The filter errs on the side of removing: typeset and handwritten shapes are far 
 measure, so a threshold that admits real same-character pairs also admits many chance matches
 (dense drawings such as Early_Aramaic/character09, a circled cross, are near most symbols). A
 symbol removed by mistake costs the source some variety; one kept by mistake would be a benchmark
-class seen in pretraining. The lower quartile (1.07) would keep about 210 of the 547 symbols, but
-also the heavy ━ and ∧, which the issue names as drawn like ㅡ and ㅅ.
+class seen in pretraining. The lower quartile (1.07) would keep about 230 of the 547 symbols, but
+also the heavy ━, which issue 30 names among the symbols drawn like a jamo (ㅡ).
 
 Pure numpy and scipy: no torch, no file access.
 """
