@@ -22,6 +22,7 @@ from benchmark.errors import ConfigError
 from benchmark.models import pretrained
 from benchmark.models.pretrained import (
     BUILTIN_WEIGHTS,
+    LOOKALIKE_DATASETS,
     OMNIGLOT_ALPHABET_BLOCKS,
     is_source_candidate,
     sha256_of,
@@ -35,13 +36,20 @@ NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "foo
 BUILTIN = "builtin:smallcnn-symbols"
 
 
-def _provenance() -> dict[str, Any]:
-    provenance: dict[str, Any] = json.loads((pretrained.WEIGHTS_DIR / SPEC.provenance_file).read_text())
+# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter)
+# and smallcnn-symbols-v2 (filtered; mini switches to it when its boards are regenerated).
+ALL_BUILTINS = BUILTIN_WEIGHTS.names()
+SCRIPT_NAME = "smallcnn-symbols-v2"  # what benchmarks/pretrain_trunk.py writes now
+
+
+def _provenance(name: str = SPEC.name) -> dict[str, Any]:
+    spec = BUILTIN_WEIGHTS.get(name)
+    provenance: dict[str, Any] = json.loads((pretrained.WEIGHTS_DIR / spec.provenance_file).read_text())
     return provenance
 
 
-def _source_codepoints() -> list[int]:
-    return [int(c[2:], 16) for c in _provenance()["source"]["classes"]]
+def _source_codepoints(name: str = SPEC.name) -> list[int]:
+    return [int(c[2:], 16) for c in _provenance(name)["source"]["classes"]]
 
 
 def _run_tiny(out: Path) -> str:
@@ -53,33 +61,35 @@ def _run_tiny(out: Path) -> str:
         capture_output=True,
         timeout=600,
     )
-    return sha256_of(out / "smallcnn-symbols.pt")
+    return sha256_of(out / f"{SCRIPT_NAME}.pt")
 
 
 def test_pretraining_script_reproduces_its_checksum_across_processes(tmp_path: Path) -> None:
     first, second = _run_tiny(tmp_path / "a"), _run_tiny(tmp_path / "b")
     assert first == second
-    prov = json.loads((tmp_path / "a" / "smallcnn-symbols.json").read_text())
+    prov = json.loads((tmp_path / "a" / f"{SCRIPT_NAME}.json").read_text())
     assert prov["sha256"] == first
     classes = prov["source"]["classes"]
     assert prov["source"]["class_list_sha256"] == hashlib.sha256("\n".join(classes).encode()).hexdigest()
     # The file is a trunk state dict that loads into smallcnn.
     model = build_model(
-        "smallcnn", 1, 128, pretrained=True, weights_path=str(tmp_path / "a" / "smallcnn-symbols.pt"), seed=0
+        "smallcnn", 1, 128, pretrained=True, weights_path=str(tmp_path / "a" / f"{SCRIPT_NAME}.pt"), seed=0
     )
-    state = torch.load(tmp_path / "a" / "smallcnn-symbols.pt", weights_only=True)
+    state = torch.load(tmp_path / "a" / f"{SCRIPT_NAME}.pt", weights_only=True)
     assert torch.equal(model.trunk.state_dict()["features.0.weight"], state["features.0.weight"])
 
 
-def test_committed_weights_match_registry_and_provenance() -> None:
-    prov = _provenance()
-    assert sha256_of(verified_path(SPEC)) == SPEC.sha256 == prov["sha256"]
+@pytest.mark.parametrize("name", ALL_BUILTINS)
+def test_committed_weights_match_registry_and_provenance(name: str) -> None:
+    spec, builtin, prov = BUILTIN_WEIGHTS.get(name), f"builtin:{name}", _provenance(name)
+    assert prov["name"] == name
+    assert sha256_of(verified_path(spec)) == spec.sha256 == prov["sha256"]
     classes = prov["source"]["classes"]
     assert len(classes) == prov["source"]["n_classes"] == len(set(classes))
     assert prov["source"]["class_list_sha256"] == hashlib.sha256("\n".join(classes).encode()).hexdigest()
-    record = weights_record("smallcnn", True, BUILTIN)
-    assert record is not None and record["sha256"] == SPEC.sha256 and record["provenance"] == prov
-    assert weights_record("smallcnn", False, BUILTIN) is None
+    record = weights_record("smallcnn", True, builtin)
+    assert record is not None and record["sha256"] == spec.sha256 and record["provenance"] == prov
+    assert weights_record("smallcnn", False, builtin) is None
 
 
 def test_a_corrupted_builtin_file_is_refused_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,8 +120,9 @@ def test_builtin_weights_load_into_the_trunk_and_name_errors_are_clear() -> None
 
 
 # --- disjointness from every evaluated dataset --------------------------------------------------
-def test_source_classes_are_symbols_of_the_source_blocks() -> None:
-    for cp in _source_codepoints():
+@pytest.mark.parametrize("name", ALL_BUILTINS)
+def test_source_classes_are_symbols_of_the_source_blocks(name: str) -> None:
+    for cp in _source_codepoints(name):
         assert is_source_candidate(cp), f"U+{cp:04X}"
         assert unicodedata.category(chr(cp)).startswith("S"), f"U+{cp:04X} is not a symbol"
 
@@ -129,8 +140,9 @@ def _omniglot_alphabets(root: Path) -> set[str]:
     return names
 
 
-def test_source_classes_are_disjoint_from_every_registered_dataset() -> None:
-    source = _source_codepoints()
+@pytest.mark.parametrize("name", ALL_BUILTINS)
+def test_source_classes_are_disjoint_from_every_registered_dataset(name: str) -> None:
+    source = _source_codepoints(name)
     assert source
     checked = set()
     for name in DATASETS.names():
@@ -161,6 +173,14 @@ def test_source_classes_are_disjoint_from_every_registered_dataset() -> None:
             raise AssertionError(f"dataset {name!r} has no disjointness check against the pretraining source")
         checked.add(name)
     assert {"glyphs", "omniglot"} <= checked
+
+
+def test_every_character_dataset_is_filtered_by_appearance() -> None:
+    # The registered datasets whose classes are characters are those the source is filtered
+    # against by appearance (tests/test_lookalike.py); svhn's digits are glyphs classes.
+    characters = {"glyphs", "omniglot", "svhn"}
+    assert set(DATASETS.names()) <= characters | NATURAL_IMAGE_DATASETS | {"folder"}
+    assert set(LOOKALIKE_DATASETS) == characters - {"svhn"}
 
 
 @pytest.mark.skipif(not OMNIGLOT.is_dir(), reason="the real Omniglot data is not on this machine")

@@ -116,3 +116,34 @@ def load_omniglot(options: DatasetOptions) -> ImageDataset:
     labels = np.array([k[0] for k in keys], dtype=np.int64)
     save_npz_atomically(cache, images=images, labels=labels)
     return ImageDataset("omniglot", torch.from_numpy(images), labels)
+
+
+def read_characters(root: Path) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """Every unique character's images at their native size, bright ink on black, with names.
+
+    Returns uint8 images (N, h, w), int64 labels (character ids, as load_omniglot gives them) and
+    each character id's ``<alphabet>/<characterNN>`` folder name. The same sources and
+    deduplication as load_omniglot; nothing is resized or cached (the pretraining source's
+    look-alike filter compares against the drawings themselves).
+    """
+    check_omniglot_dir(root)
+    owner: dict[int, Path] = {}
+    chosen: dict[tuple[int, int], tuple[Path, str]] = {}
+    for source in omniglot_sources(root):
+        for char, drawer, member in _entries(source):
+            if owner.setdefault(char, source) == source:
+                chosen.setdefault((char, drawer), (source, member))
+    keys = sorted(chosen)
+    names = {char: "/".join(Path(chosen[(char, drawer)][1]).parts[-3:-1]) for char, drawer in keys}
+    images = []
+    zips = {s: zipfile.ZipFile(s) for s in {chosen[k][0] for k in keys} if s.suffix == ".zip"}
+    try:
+        for key in keys:
+            source, member = chosen[key]
+            blob = zips[source].read(member) if source in zips else _read(source, member)
+            with Image.open(io.BytesIO(blob)) as im:
+                images.append(255 - np.asarray(im.convert("L"), dtype=np.uint8))
+    finally:
+        for zf in zips.values():
+            zf.close()
+    return np.stack(images), np.array([k[0] for k in keys], dtype=np.int64), names
