@@ -1,0 +1,46 @@
+"""benchmarks/sensitivity.py's table: each cell is variant - committed mini row, by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import scipy.stats
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("sensitivity", REPO / "benchmarks" / "sensitivity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sensitivity"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
+    sens = _module()
+    runs = sorted((sens.OUT_ROOT / "patience5" / "omniglot" / "mlrc" / "records").glob("*.json"))
+    assert runs, "no committed patience5 record"
+    loss = runs[0].name.split(".")[0]
+    lines = sens.table("separated", "sep", ["patience5"])
+    (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
+    # By hand: seed means of the committed rows, tau^2 pooled over the six losses' seeds.
+    groups = {
+        name: [
+            np.mean(sens.rep_values(sens.load_record(p), "separated"))
+            for p in sorted(sens.BASELINE.glob(f"{name}.mini.seed*.json"))
+        ]
+        for name in sens.FAMILIES
+    }
+    ss = sum(((np.array(m) - np.mean(m)) ** 2).sum() for m in groups.values())
+    df = sum(len(m) - 1 for m in groups.values())
+    tau2 = ss / df
+    variant = np.mean(sens.rep_values(sens.load_record(runs[0]), "separated"))
+    change = variant - np.mean(groups[loss])
+    half = scipy.stats.t.ppf(0.975, df) * math.sqrt(tau2 * (1 + 1 / len(groups[loss])))
+    assert f"{100 * change:+.2f} ± {100 * half:.2f}" in row
