@@ -95,7 +95,7 @@ class ModelConfig:
     # (benchmark.models.features). Requires data.augment = "none".
     frozen_trunk: bool = False
     # BatchNorm gamma/beta frozen too (not only the running statistics), as the Mean-Field
-    # authors' code does (benchmark.protocol.training_options).
+    # authors' code does (benchmark.engine.training_options).
     freeze_trunk_bn_affine: bool = False
     # Global pooling of the trunk's last feature map: "avg" (MLRC) or "avg+max" (their sum, the
     # Proxy-Anchor / Mean-Field code's BN-Inception).

@@ -208,9 +208,9 @@ class RunRecord:
     @cached_property
     def code_versions(self) -> Mapping[str, int]:
         """Fold trainings (search and test) per code version behind the record, the one that wrote
-        it included (:func:`benchmark.protocol.provenance.code_versions`; ``unrecorded`` for fold
+        it included (:func:`benchmark.analysis.provenance.code_versions`; ``unrecorded`` for fold
         results written before they carried their code)."""
-        from benchmark.protocol.provenance import code_versions
+        from benchmark.analysis.provenance import code_versions
 
         return code_versions(self.document)
 
@@ -222,8 +222,8 @@ class RunRecord:
 
     @cached_property
     def convergence(self) -> Mapping[str, Any]:
-        """:func:`benchmark.protocol.convergence.convergence_summary` of the record (computed once)."""
-        from benchmark.protocol.convergence import convergence_summary
+        """:func:`benchmark.analysis.convergence.convergence_summary` of the record (computed once)."""
+        from benchmark.analysis.convergence import convergence_summary
 
         return convergence_summary(self.document)
 

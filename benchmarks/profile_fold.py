@@ -9,7 +9,7 @@ Usage::
 
 Trains fold ``--fold`` of the budget's MLRC configuration with the protocol's own
 ``train_with_loss`` (the loss's default parameters), ``--repeats`` times, with timers wrapped
-around the pieces the loop calls (monkeypatched in ``benchmark.protocol.train`` and hooked on the
+around the pieces the loop calls (monkeypatched in ``benchmark.engine.train`` and hooked on the
 model, loss and optimisers; nothing is re-implemented). "Python/other" is the wall time no timer
 covers: the loop itself, the sampler, ``zero_grad``, tensor bookkeeping. The timers add a little
 overhead of their own (a ``perf_counter`` pair per piece). Medians over the repeats are printed
@@ -30,16 +30,16 @@ from typing import Any
 import torch
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, parse_set_option, resolve_config
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.parallel import FoldData
+from benchmark.engine.train import FoldResult
 from benchmark.losses import LOSSES
 from benchmark.models.features import Samples
 from benchmark.models.trunks import EmbeddingModel
-from benchmark.protocol.parallel import FoldData
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
-from benchmark.protocol.train import FoldResult
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def _hook_module(module: nn.Module, timers: Timers, piece: str) -> None:
 
 
 def instrument(timers: Timers) -> Callable[[], None]:
-    """Patch ``benchmark.protocol.train`` so that its loop reports into ``timers``; returns undo."""
+    """Patch ``benchmark.engine.train`` so that its loop reports into ``timers``; returns undo."""
     saved: dict[str, Any] = {}
 
     def patch(name: str, value: Any) -> None:

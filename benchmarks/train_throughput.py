@@ -15,7 +15,7 @@ augmentation (dmlbench's ``characters`` transform; applied per image in PML's Da
 user's torchvision transform is) and the same ``torch.set_num_threads``, on fold ``--fold``'s
 training images of the budget's configuration:
 
-* ``dmlbench``: :func:`benchmark.protocol.train.train_with_loss` for one epoch of ``--iters``
+* ``dmlbench``: :func:`benchmark.engine.train.train_with_loss` for one epoch of ``--iters``
   iterations (validation on 16 images afterwards, outside the timed window);
 * ``pml``: ``pytorch_metric_learning.trainers.MetricLossOnly`` with ``dataloader_num_workers=0``
   (the thread count is the same; worker processes would add cores), RMSprop for the model and
@@ -59,10 +59,10 @@ from benchmark.data.augment import AugmentSpec, train_batch
 from benchmark.data.base import ImageDataset
 from benchmark.data.sampler import MPerClassSampler
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.train import make_optimizer, remap_labels
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
-from benchmark.protocol.train import make_optimizer, remap_labels
 
 SEED = 0
 

@@ -120,6 +120,7 @@ def test_graph_sees_the_package() -> None:
     assert graph["benchmark.metrics.registry"] >= {"benchmark.metrics.retrieval", "benchmark.registry"}
     assert graph["benchmark.protocol.dispatch"] >= {"benchmark.protocol.base", "benchmark.protocol.specs"}
     assert "benchmark.protocol.search_stage" in graph["benchmark.protocol.mlrc_run"]
+    assert "benchmark.analysis.convergence" in graph["benchmark.engine.train"]
 
 
 def test_no_module_level_import_cycles() -> None:
@@ -129,3 +130,47 @@ def test_no_module_level_import_cycles() -> None:
 def test_no_import_cycles_through_the_protocols() -> None:
     through = [c for c in cycles(import_graph(module_level_only=False)) if any(".protocol." in m for m in c)]
     assert through == []
+
+
+#: The layers of the run stack, bottom first: a module of one may import its own layer and those
+#: listed before it, never one after it (with function-level imports counted too).
+LAYERS = ("benchmark.analysis", "benchmark.engine", "benchmark.protocol")
+#: Packages that read records: they may use the record analysis, never the code that writes records.
+READERS = ("benchmark.report", "benchmark.records")
+
+
+def _layer(module: str, layers: tuple[str, ...]) -> str | None:
+    return next((p for p in layers if module == p or module.startswith(p + ".")), None)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """``(importer, imported)`` pairs where a lower layer imports a higher one, or a record reader
+    imports the engine or the protocols."""
+    found = []
+    for module, imports in sorted(graph.items()):
+        own = _layer(module, LAYERS)
+        for target in sorted(imports):
+            theirs = _layer(target, LAYERS)
+            if theirs is None:
+                continue
+            if own is not None and LAYERS.index(theirs) > LAYERS.index(own):
+                found.append((module, target))
+            elif _layer(module, READERS) is not None and theirs != "benchmark.analysis":
+                found.append((module, target))
+    return found
+
+
+def test_layer_checker_finds_an_upward_import() -> None:
+    graph = {
+        "benchmark.engine.train": {"benchmark.protocol.base", "benchmark.analysis.convergence"},
+        "benchmark.report.tables": {"benchmark.engine.train", "benchmark.analysis.convergence"},
+        "benchmark.protocol.base": {"benchmark.engine.train"},
+    }
+    assert upward_imports(graph) == [
+        ("benchmark.engine.train", "benchmark.protocol.base"),
+        ("benchmark.report.tables", "benchmark.engine.train"),
+    ]
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    assert upward_imports(import_graph(module_level_only=False)) == []

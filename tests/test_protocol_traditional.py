@@ -15,6 +15,7 @@ from cli_helpers import dmlbench
 
 from benchmark.budgets import BUDGETS
 from benchmark.data.sampler import PassSampler
+from benchmark.engine.train import iterations_per_epoch
 from benchmark.errors import DataError
 from benchmark.protocol.cbir_run import CBIRRun
 from benchmark.protocol.dispatch import runner_for
@@ -23,7 +24,6 @@ from benchmark.protocol.repeated import unused_override
 from benchmark.protocol.specs import budget_overrides
 from benchmark.protocol.traditional import HalfSplit, half_split, traditional_param_lr
 from benchmark.protocol.traditional_run import TraditionalRun
-from benchmark.protocol.train import iterations_per_epoch
 
 # -- pure functions ------------------------------------------------------------------------------
 

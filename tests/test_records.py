@@ -145,7 +145,7 @@ def test_git_dirty_ignores_what_runs_write_under_results(tmp_path: Path) -> None
     """A run's own outputs (results/) leave the commit clean; a changed source file makes it dirty."""
     import subprocess
 
-    from benchmark.protocol.environment import git_commit
+    from benchmark.engine.environment import git_commit
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

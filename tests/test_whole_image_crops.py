@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch_from_whole
 from benchmark.data.standard import LazyImageDataset

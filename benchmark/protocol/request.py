@@ -180,7 +180,7 @@ def validate_common(c: RunConfig, positive: Mapping[str, int]) -> None:
             f"model.frozen_trunk = true trains on cached features of un-augmented images, but "
             f"data.augment = {c.data.augment!r}; add --set data.augment=none."
         )
-    from benchmark.protocol.training_options import validate_training_options  # imports torch
+    from benchmark.engine.training_options import validate_training_options  # imports torch
 
     validate_training_options(c)
 

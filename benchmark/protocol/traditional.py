@@ -23,7 +23,7 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
   one pass over the training images (``train.iters_per_epoch = 0``: as many full batches as
   fit in the training set); class-based losses draw plain random batches that cover every image
   once per pass, pair-based ones draw that many batches of m = 4 images per class. The loop is
-  the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.protocol.training_options`):
+  the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.engine.training_options`):
   a warm-up epoch training only the embedder and loss parameters, lr halved every 10 epochs,
   gradients clipped by value at 10, BatchNorm statistics frozen and its γ/β frozen until the
   warm-up ends (the authors' warm-up thaws them with the rest of the trunk), avg+max pooling,

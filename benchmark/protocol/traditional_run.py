@@ -15,13 +15,13 @@ from torch import nn
 from benchmark.data import DatasetOptions
 from benchmark.data.base import ImageDataset
 from benchmark.data.standard import PARTITIONS, LazyImageDataset, load_partitions
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import build_fold_model, embed_samples, train_with_loss
 from benchmark.errors import ConfigError, DataError, TrainingDiverged
 from benchmark.metrics import evaluate, evaluate_query_gallery
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.run_data import cache_dir
-from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.traditional import half_split, traditional_param_lr
-from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
 #: The official partitions that make a dataset's test a query -> gallery retrieval (In-Shop).
 QUERY_GALLERY = ("train", "query", "gallery")
