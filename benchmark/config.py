@@ -56,7 +56,7 @@ class ProtocolSection:
     description: str = ""
     n_folds: int = 4
     # Split settings that only one protocol reads (its module declares them in ``only_keys``, see
-    # benchmark.protocol.specs; set for another protocol they are an error). They stay fields of
+    # benchmark.protocol.registry; set for another protocol they are an error). They stay fields of
     # this section because run identities and records (config hashes) include them.
     # A closed-set split: the share of each class's images that become queries, and the seed of
     # that split. The seed is not the run's --seed on purpose: every loss and every run seed is
@@ -352,7 +352,7 @@ def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
 
 #: A dataset's paper settings under a protocol: ``(dataset name, protocol name)`` -> dotted-key
 #: settings (e.g. MLRC's per-dataset convergence schedule, docs/protocols.md §2.2). The runner passes one that
-#: reads :attr:`benchmark.data.base.DatasetSpec.protocol_settings`; this module stays torch-free.
+#: reads :attr:`benchmark.data.registry.DatasetSpec.protocol_settings`; this module stays torch-free.
 DatasetSettings = Callable[[str, str], Mapping[str, Any]]
 
 
@@ -372,7 +372,7 @@ def resolve_config(
     sets them is not deviating, while a budget or user value that differs from them is.
     Each layer is validated on its own first so an error names the layer's key. ``check`` runs
     on the resolved config before the value checks every protocol shares (the protocols' own-key
-    check, :func:`benchmark.protocol.specs.resolve_run_config`).
+    check, :func:`benchmark.protocol.registry.resolve_run_config`).
     """
     budget_nested = dotted_to_nested(budget_overrides)
     user_nested = dotted_to_nested(user_overrides)

@@ -43,8 +43,9 @@ from PIL import Image
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, train_batch
-from benchmark.data.base import DatasetOptions, ImageDataset, load_dataset
+from benchmark.data.base import ImageDataset
 from benchmark.data.prefetch import Prefetcher
+from benchmark.data.registry import DatasetOptions, load_dataset
 from benchmark.data.sampler import MPerClassSampler
 from benchmark.engine.train import remap_labels, train_with_loss
 

@@ -15,7 +15,7 @@ import pytest
 
 from benchmark.budgets import BUDGETS
 from benchmark.errors import UnknownNameError
-from benchmark.protocol.specs import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
+from benchmark.protocol.registry import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # announced by an installed distribution's entry point (dmlbench.protocols).
 _MODULE = '''
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.specs import ProtocolSpec
+from benchmark.protocol.registry import ProtocolSpec
 
 
 class ToyRun(ProtocolRun):
@@ -50,7 +50,7 @@ config.PROTOCOLS_DIR = Path(sys.argv[1])
 from benchmark.budgets import BUDGETS
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.request import RunRequest, request_layers
-from benchmark.protocol.specs import budget_overrides, protocol_specs
+from benchmark.protocol.registry import budget_overrides, protocol_specs
 _, smoke, _ = request_layers(RunRequest(loss="contrastive", protocol="toyfile", budget="smoke"))
 print(json.dumps({
     "kinds": [s.name for s in protocol_specs()],

@@ -20,8 +20,8 @@ from benchmark.errors import DataError
 from benchmark.protocol.cbir_run import CBIRRun
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.repeated import unused_override
-from benchmark.protocol.specs import budget_overrides
 from benchmark.protocol.traditional import HalfSplit, half_split, traditional_param_lr
 from benchmark.protocol.traditional_run import TraditionalRun
 

@@ -29,9 +29,9 @@ from benchmark.engine.train import build_fold_model, train_with_loss
 from benchmark.engine.training_options import LoopControl, configure_model
 from benchmark.errors import ConfigError
 from benchmark.models.trunks import build_model
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.request import dataset_paper_settings, validate_common
 from benchmark.protocol.run_data import AUGMENTS
-from benchmark.protocol.specs import budget_overrides
 
 
 def _paper() -> RunConfig:

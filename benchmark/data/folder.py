@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from benchmark.data.base import DatasetOptions, ImageDataset
+from benchmark.data.base import ImageDataset
+from benchmark.data.registry import DatasetOptions
 from benchmark.errors import DataError
 
 _EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}

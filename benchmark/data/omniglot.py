@@ -22,11 +22,11 @@ import torch
 from PIL import Image
 
 from benchmark.data.base import (
-    DatasetOptions,
     ImageDataset,
     load_npz,
     save_npz_atomically,
 )
+from benchmark.data.registry import DatasetOptions
 from benchmark.errors import DataError
 
 _NAME = re.compile(r"(?:^|/)(\d+)_(\d+)\.png$")

@@ -43,9 +43,9 @@ from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
 from benchmark.protocol.progress import Progress, Stopwatch
+from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
-from benchmark.protocol.specs import resolve_run_config
 from benchmark.search.storage import is_database_url
 
 RECORD_SCHEMA = "dmlbench.run/1"

@@ -9,6 +9,6 @@ and reads no setting that only it uses.
 from __future__ import annotations
 
 from benchmark.lazy import lazy_callable
-from benchmark.protocol.specs import ProtocolSpec, register_protocol
+from benchmark.protocol.registry import ProtocolSpec, register_protocol
 
 PROTOCOL = register_protocol(ProtocolSpec("mlrc", lazy_callable("benchmark.protocol.mlrc_run:MLRCRun")))

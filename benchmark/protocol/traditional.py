@@ -16,7 +16,7 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
   at the paper's lr 1e-4, mean fields 1.2 at SOP's and InShop's 6e-4), unless ``loss.param_lr``
   is set.
 * **Per-dataset settings** (the authors' README commands; ``PAPER_SETTINGS`` in
-  :mod:`benchmark.data.specs`): Cars196 decays the lr every 20 epochs; SOP and InShop train at lr
+  :mod:`benchmark.data.registry`): Cars196 decays the lr every 20 epochs; SOP and InShop train at lr
   6e-4, decay every 20 epochs by 0.25 and leave BatchNorm training (``--bn-freeze 0``); InShop
   trains on its official train items and retrieves its query images among its gallery images.
 * **Training**: AdamW (``train.lr``, ``train.weight_decay``) for trunk and embedder; an epoch is
@@ -45,7 +45,7 @@ from typing import Any
 from benchmark.budgets import CPU_COMMON
 from benchmark.errors import DataError
 from benchmark.lazy import lazy_callable
-from benchmark.protocol.specs import ProtocolSpec, register_protocol
+from benchmark.protocol.registry import ProtocolSpec, register_protocol
 
 # Budget overrides (protocols.md §2.5): the paper's AdamW lr 1e-4 is already the from-scratch rate of
 # budgets.CPU_COMMON, batch 128 and 512-d stay; epochs are dataset passes (train.iters_per_epoch = 0),

@@ -24,8 +24,8 @@ from benchmark.engine.train import embed, train_fold
 from benchmark.errors import DataError, DmlbenchError, TrainingDiverged
 from benchmark.losses import LOSSES
 from benchmark.metrics import evaluate
+from benchmark.protocol.registry import protocol_only_keys, resolve_run_config
 from benchmark.protocol.run_data import AUGMENTS, fold_data, load_run_dataset
-from benchmark.protocol.specs import protocol_only_keys, resolve_run_config
 from benchmark.regress.cases import Case, Settings
 
 # The metrics a case produces, in display order.

@@ -2,19 +2,18 @@
 
 A protocol is a TOML file (``protocols/<name>.toml``, its paper numbers) whose ``[protocol] name``
 is its *kind*, and one module that declares the kind: ``benchmark/protocol/<kind>.py`` for the
-built-in ones (``mlrc``, ``traditional``, ``cbir``), or an installed distribution's entry point in
-the group ``dmlbench.protocols`` naming a :class:`ProtocolSpec`. The declaration holds what the
-torch-free layers need (budget overrides, the settings only this protocol reads, for ``dmlbench
-list``, ``--help`` and config validation) and names its run code lazily
+built-in ones (``mlrc``, ``traditional``, ``cbir``, declared here as ``"module:attr"``
+placeholders), or an installed distribution's entry point in the group ``dmlbench.protocols``
+naming a :class:`ProtocolSpec` (both resolved on first use by
+:class:`benchmark.registry.Registry`). The declaration holds what the torch-free layers need
+(budget overrides, the settings only this protocol reads, for ``dmlbench list``, ``--help`` and
+config validation) and names its run code lazily
 (:func:`benchmark.lazy.lazy_callable`), as the loss registry does. Neither ``budgets.py`` nor
 ``config.py`` names any protocol: adding one touches its TOML file and its module only.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,8 @@ from benchmark.registry import Registry
 
 #: Entry-point group of protocols declared by installed distributions (the name is the kind).
 ENTRY_POINT_GROUP = "dmlbench.protocols"
+#: The built-in protocol kinds, each ``PROTOCOL`` of its declaration module.
+BUILTIN_KINDS = ("mlrc", "traditional", "cbir")
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,18 @@ class ProtocolSpec:
         return self.runner.resolve() if isinstance(self.runner, LazyCallable) else self.runner
 
 
-PROTOCOLS: Registry[ProtocolSpec] = Registry("protocol kind")
+def adopt_protocol(obj: object, shown: str) -> ProtocolSpec:
+    """What a protocol plugin names, checked: a :class:`ProtocolSpec` (else a ConfigError)."""
+    if not isinstance(obj, ProtocolSpec):
+        raise ConfigError(
+            f"Protocol plugin {shown} ({ENTRY_POINT_GROUP}) must name a ProtocolSpec, got {obj!r}."
+        )
+    return obj
+
+
+PROTOCOLS: Registry[ProtocolSpec] = Registry("protocol kind", group=ENTRY_POINT_GROUP, adopt=adopt_protocol)
+for _kind in BUILTIN_KINDS:
+    PROTOCOLS.register_lazy(_kind, f"benchmark.protocol.{_kind}:PROTOCOL")
 
 
 def register_protocol(spec: ProtocolSpec) -> ProtocolSpec:
@@ -73,10 +85,6 @@ def register_protocol(spec: ProtocolSpec) -> ProtocolSpec:
 
 def protocol_spec(kind: str) -> ProtocolSpec:
     """The declaration of protocol kind ``kind``, imported on first use (an unknown kind names the known)."""
-    if kind not in PROTOCOLS.names():
-        _discover(kind)
-        if kind not in PROTOCOLS.names():
-            _discover_others(kind)  # so that the error lists every known kind
     return PROTOCOLS.get(kind)
 
 
@@ -146,41 +154,3 @@ def resolve_run_config(
     return resolve_config(
         protocol_data, budget_overrides, user_overrides, dataset_settings, check_protocol_only_keys
     )
-
-
-def _discover_others(missing: str) -> None:
-    """Import the declarations of the protocol files' kinds other than ``missing`` (for an error)."""
-    names, _ = scan_protocols()
-    for name in names:
-        try:
-            kind = protocol_kind(load_protocol_file(name))
-            if kind != missing and kind not in PROTOCOLS.names():
-                _discover(kind)
-        except ConfigError:
-            continue  # its own error is reported when it is used
-
-
-def _discover(kind: str) -> None:
-    """Import the declaration of ``kind``: the built-in module, else an installed entry point."""
-    module = f"{__package__}.{kind}"
-    if kind.isidentifier() and importlib.util.find_spec(module) is not None:
-        importlib.import_module(module)  # registers itself
-        if kind in PROTOCOLS.names():
-            return
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name != kind:
-            continue
-        try:
-            spec = ep.load()
-        except Exception as exc:  # a plugin's import error is the user's to fix, not a traceback
-            raise ConfigError(
-                f"Protocol plugin {ep.value!r} ({ENTRY_POINT_GROUP}) failed to import: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(spec, ProtocolSpec) or spec.name != kind:
-            raise ConfigError(
-                f"Protocol plugin {ep.value!r} ({ENTRY_POINT_GROUP}) must name a ProtocolSpec with "
-                f"name {kind!r}, got {spec!r}."
-            )
-        register_protocol(spec)
-        return
