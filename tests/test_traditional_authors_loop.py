@@ -28,6 +28,7 @@ from benchmark.data.base import ImageDataset
 from benchmark.engine.train import build_fold_model, train_with_loss
 from benchmark.engine.training_options import LoopControl, configure_model
 from benchmark.errors import ConfigError
+from benchmark.losses import LOSSES
 from benchmark.models.trunks import build_model
 from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.request import dataset_paper_settings, validate_common
@@ -87,7 +88,7 @@ def test_per_dataset_settings_are_the_authors_commands(
     t, m = config.train, config.model
     assert (t.lr, t.lr_decay_step, t.lr_decay_gamma) == (lr, step, gamma)
     assert (m.freeze_trunk_bn, m.freeze_trunk_bn_affine) == (bn_frozen, bn_frozen)
-    assert traditional_param_lr("mfcwms", True, t.lr) == mean_field_lr
+    assert traditional_param_lr(LOSSES.get("mfcwms"), t.lr) == mean_field_lr
     # They are the paper configuration of that dataset: no deviation is recorded for them.
     assert deviations(config, paper) == []
     # The paper text's single lr (1e-4) on SOP is a recorded deviation from the authors' 6e-4.

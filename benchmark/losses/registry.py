@@ -119,6 +119,11 @@ class LossSpec:
     embedding_space: Literal["cosine", "euclidean"]
     param_weight_decay: float = 1e-4
     """Weight decay of the loss-parameter optimiser (0 for MarginLoss β, docs/protocols.md §2.2)."""
+    param_lr_ratio: float = 100.0
+    """Learning rate of the loss's own parameters as a multiple of the model's, where a protocol
+    fixes hyperparameters instead of searching ``param_lr`` (``traditional``; the Mean-Field authors'
+    ``--lr-ratio``): 100 for proxies, anchors and β (the paper's 1e-2 at lr 1e-4), 2000 for mean
+    fields (docs/protocols.md §2.5). Only read when ``has_parameters``."""
     source: Literal["pml", "dmlbench"] = "pml"
     description: str = ""
     """One line for ``dmlbench list losses``."""
@@ -142,6 +147,8 @@ class LossSpec:
             raise DmlbenchError(
                 f"Loss {self.name!r}: {PARAM_LR!r} must be a default exactly when has_parameters."
             )
+        if not (math.isfinite(self.param_lr_ratio) and self.param_lr_ratio > 0):
+            raise DmlbenchError(f"Loss {self.name!r}: param_lr_ratio must be > 0, got {self.param_lr_ratio}.")
         for key, dim in self.search_space.items():
             if self.defaults[key] not in dim:
                 raise DmlbenchError(
@@ -191,9 +198,11 @@ def adopt_loss(obj: object, shown: str) -> LossSpec:
     _check_loss_fields(defaults, space, obj.pair_based, obj.embedding_space, shown)  # type: ignore[attr-defined]
     has_parameters = getattr(obj, "has_parameters", PARAM_LR in defaults)
     weight_decay = getattr(obj, "param_weight_decay", 1e-4)
+    lr_ratio = getattr(obj, "param_lr_ratio", 100.0)
     for attr, value, typ in (
         ("has_parameters", has_parameters, bool),
         ("param_weight_decay", weight_decay, float),
+        ("param_lr_ratio", lr_ratio, float),
         ("name", getattr(obj, "name", ""), str),
         ("display_name", getattr(obj, "display_name", ""), str),
         ("description", getattr(obj, "description", ""), str),
@@ -212,6 +221,7 @@ def adopt_loss(obj: object, shown: str) -> LossSpec:
             has_parameters=has_parameters,
             embedding_space=obj.embedding_space,  # type: ignore[attr-defined]
             param_weight_decay=float(weight_decay),
+            param_lr_ratio=float(lr_ratio),
             description=getattr(obj, "description", ""),
         )
     except DmlbenchError as exc:

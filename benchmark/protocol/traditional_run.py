@@ -45,7 +45,7 @@ class TraditionalRun(RepeatedRun):
 
     def loss_params(self) -> dict[str, float]:
         params = super().loss_params()
-        lr = traditional_param_lr(self.loss_spec.name, self.loss_spec.has_parameters, self.config.train.lr)
+        lr = traditional_param_lr(self.loss_spec, self.config.train.lr)
         if lr is not None and "param_lr" not in self.fixed_params:
             params["param_lr"] = lr
         return params
