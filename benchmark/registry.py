@@ -178,7 +178,8 @@ class Registry(Generic[T]):
         if isinstance(item, _Placeholder):
             obj = resolve_target(item.target)  # its module may register the name itself
             if isinstance(self._items[name], _Placeholder):
-                self._items[name] = obj
+                shown = f"{self.kind} {name!r} = {item.target!r}"
+                self._items[name] = self._adopt(obj, shown) if self._adopt is not None else obj
             item = self._items[name]
         return item  # type: ignore[return-value]
 

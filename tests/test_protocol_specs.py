@@ -51,6 +51,7 @@ from benchmark.budgets import BUDGETS
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.request import RunRequest, request_layers
 from benchmark.protocol.registry import budget_overrides, protocol_specs
+from benchmark.records import RECORD_KINDS
 _, smoke, _ = request_layers(RunRequest(loss="contrastive", protocol="toyfile", budget="smoke"))
 print(json.dumps({
     "kinds": [s.name for s in protocol_specs()],
@@ -58,6 +59,7 @@ print(json.dumps({
     "mini": dict(budget_overrides("mini", "toy")) == dict(BUDGETS.get("mini").overrides),
     "runner": runner_for("toyfile").__name__,
     "runner_module": runner_for("toyfile").__module__,
+    "record_kind": "toy" in RECORD_KINDS,
 }))
 """
 
@@ -88,6 +90,7 @@ def test_a_protocol_from_its_module_and_toml_file_alone(tmp_path: Path) -> None:
     assert out["smoke"] == {"test.reps": 3, "train.max_epochs": 1}
     assert out["mini"] is True
     assert (out["runner"], out["runner_module"]) == ("ToyRun", "toy_protocol")
+    assert out["record_kind"] is True  # report and compare read its records
 
 
 def test_builtin_protocols_declare_their_own_settings() -> None:

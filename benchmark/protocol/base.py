@@ -221,7 +221,7 @@ class ProtocolRun:
         c, req = self.config, self.request
         return {
             "schema": RECORD_SCHEMA,
-            # The protocol kind (benchmark.records.KINDS): which layout a reader checks the record against.
+            # The protocol kind (a record kind: PROTOCOLS): which layout a reader checks the record against.
             "kind": c.protocol.name,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "protocol": req.protocol,

@@ -31,6 +31,7 @@ from benchmark.config import (
 )
 from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.lazy import LazyCallable
+from benchmark.records import RecordKind, register_record_kind
 from benchmark.registry import Registry
 
 #: Entry-point group of protocols declared by installed distributions (the name is the kind).
@@ -54,6 +55,9 @@ class ProtocolSpec:
     budget_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Dotted config keys only this protocol reads: set for another protocol they are an error.
     only_keys: tuple[str, ...] = ()
+    #: The record kind this protocol writes is its name; these are the (mode, label) column groups
+    #: its records may leave out of ``test.modes`` (None: every record names its modes).
+    record_modes: tuple[tuple[str, str], ...] | None = None
 
     def overrides_for(self, budget: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
         """The overrides budget ``budget`` applies to this protocol (``default``: the budget's own)."""
@@ -79,7 +83,9 @@ for _kind in BUILTIN_KINDS:
 
 
 def register_protocol(spec: ProtocolSpec) -> ProtocolSpec:
-    """Add a protocol kind (a declaration module calls this when it is imported)."""
+    """Add a protocol kind, and the kind of the records it writes (a declaration module calls this
+    when it is imported)."""
+    register_record_kind(RecordKind(spec.name, spec.record_modes))
     return PROTOCOLS.register(spec.name, spec)
 
 
