@@ -1,7 +1,8 @@
 """Strict, typed run configuration.
 
-A run's configuration is built in layers: the protocol file (``protocols/<name>.toml``, the
-paper's numbers), then the budget's overrides, then the user's ``--set key=value`` overrides.
+A run's configuration is built in layers: the protocol file (``<name>.toml`` in ``protocols/`` or
+a directory of the include path :data:`PROTOCOL_PATH_VAR`, the paper's numbers), then the
+budget's overrides, then the user's ``--set key=value`` overrides.
 Every layer is validated against the dataclasses below before any compute starts: an unknown
 key or a value of the wrong type is a :class:`ConfigError` that names the key.
 
@@ -17,6 +18,7 @@ import hashlib
 import importlib.resources
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -46,6 +48,11 @@ def protocols_dir() -> Path:
 
 
 PROTOCOLS_DIR = protocols_dir()
+
+#: The protocol files' include path: directories (``os.pathsep``-separated) searched after the
+#: built-in ``protocols/``, whose names are never shadowed. ``dmlbench run --protocol-file PATH``
+#: adds its file's directory; spawned worker processes inherit it.
+PROTOCOL_PATH_VAR = "DMLBENCH_PROTOCOL_PATH"
 
 
 @dataclass(frozen=True)
@@ -298,39 +305,56 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
 
 
+def protocol_search_path(protocols_dir: Path | None = None) -> list[Path]:
+    """The directories protocol files are found in, in order: ``protocols_dir`` alone when given,
+    else the built-in ``protocols/`` and then the include path (:data:`PROTOCOL_PATH_VAR`)."""
+    if protocols_dir is not None:
+        return [protocols_dir]
+    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
+    extra = [Path(d) for d in os.environ.get(PROTOCOL_PATH_VAR, "").split(os.pathsep) if d]
+    return [PROTOCOLS_DIR, *(d for d in extra if d != PROTOCOLS_DIR)]
+
+
 def scan_protocols(protocols_dir: Path | None = None) -> tuple[list[str], dict[str, str]]:
-    """``(names, broken)``: the protocol files in ``protocols_dir`` and the unreadable TOML files.
+    """``(names, broken)``: the protocol files on the search path and the unreadable TOML files.
 
     A protocol file is a TOML file with a ``[protocol]`` table; other TOML files there (the
     ``dmlbench regress`` suite) are settings of other commands. ``broken`` maps the name of each
     file that is not valid TOML to the error: it may be a protocol, but one broken file must not
-    stop the others (or ``dmlbench list``) from working.
+    stop the others (or ``dmlbench list``) from working. A name found in two directories is the
+    first one's (:func:`protocol_search_path`).
     """
-    names, broken = [], {}
-    for path in sorted((protocols_dir or PROTOCOLS_DIR).glob("*.toml")):
-        try:
-            data = _read_toml(path)
-        except ConfigError as exc:
-            broken[path.stem] = str(exc)
-            continue
-        if "protocol" in data:
-            names.append(path.stem)
-    return names, broken
+    names: list[str] = []
+    broken: dict[str, str] = {}
+    for directory in protocol_search_path(protocols_dir):
+        for path in sorted(directory.glob("*.toml")):
+            if path.stem in names or path.stem in broken:
+                continue
+            try:
+                data = _read_toml(path)
+            except ConfigError as exc:
+                broken[path.stem] = str(exc)
+                continue
+            if "protocol" in data:
+                names.append(path.stem)
+    return sorted(names), broken
 
 
 def protocol_names(protocols_dir: Path | None = None) -> list[str]:
-    """Names of the readable protocol files in ``protocols_dir`` (see :func:`scan_protocols`)."""
+    """Names of the readable protocol files on the search path (see :func:`scan_protocols`)."""
     return scan_protocols(protocols_dir)[0]
 
 
 def protocol_path(name: str, protocols_dir: Path | None = None) -> Path:
-    """``protocols/<name>.toml``; ``name`` must be a name (no ``/`` or ``..``: never a path elsewhere)."""
-    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
-    return (protocols_dir or PROTOCOLS_DIR) / f"{check_name('protocol', name)}.toml"
+    """``<dir>/<name>.toml`` of the first search-path directory that has it (else the first
+    directory's); ``name`` must be a name (no ``/`` or ``..``: never a path elsewhere)."""
+    file = f"{check_name('protocol', name)}.toml"
+    dirs = protocol_search_path(protocols_dir)
+    return next((d / file for d in dirs if (d / file).is_file()), dirs[0] / file)
 
 
 def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str, Any]:
-    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config).
+    """Parsed TOML of the protocol file ``name`` (validated later, as part of the merged config).
 
     Only this file is read (an invalid one is a ConfigError naming it and the TOML error); the
     others are read only to list the valid names when ``name`` is not a protocol.
@@ -340,6 +364,38 @@ def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str
     if "protocol" not in data:
         raise UnknownNameError("protocol", name, protocol_names(protocols_dir))
     return data
+
+
+def add_protocol_file(path: Path) -> str:
+    """``--protocol-file PATH``: the protocol name of the file (its stem, checked like any name),
+    its directory added to the include path (:data:`PROTOCOL_PATH_VAR`, inherited by workers).
+
+    A ConfigError when the file is missing, not TOML, has no ``[protocol]`` table, or its name is
+    another protocol file's (a built-in one's above all: its name must not stand for other numbers).
+    """
+    file = path.expanduser().resolve()
+    if not file.is_file() or file.suffix != ".toml":
+        raise ConfigError(f"--protocol-file {str(path)!r}: no such .toml file ({file}).")
+    try:
+        name = check_name("protocol", file.stem)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--protocol-file {str(path)!r}: the file name is the protocol's name; {exc}"
+        ) from None
+    if "protocol" not in _read_toml(file):
+        raise ConfigError(
+            f"--protocol-file {file}: a protocol file has a [protocol] table; this one has none."
+        )
+    taken = protocol_path(name)
+    if taken.is_file() and taken.resolve() != file:
+        raise ConfigError(
+            f"--protocol-file {file}: protocol {name!r} is already {taken}; rename the file "
+            "(records and leaderboards are kept by protocol name)."
+        )
+    dirs = [d for d in os.environ.get(PROTOCOL_PATH_VAR, "").split(os.pathsep) if d]
+    if str(file.parent) not in dirs:
+        os.environ[PROTOCOL_PATH_VAR] = os.pathsep.join([*dirs, str(file.parent)])
+    return name
 
 
 def protocol_kind(protocol_data: Mapping[str, Any]) -> str:

@@ -127,3 +127,52 @@ def test_an_unknown_protocol_kind_names_every_known_one() -> None:
         protocol_spec("nosuch")
     choices = str(info.value).split("Valid choices:")[1]
     assert {"mlrc", "traditional", "cbir"} <= {c.strip(" .") for c in choices.split(",")}
+
+
+def test_a_protocol_file_by_path_or_on_the_include_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmark import config
+    from benchmark.errors import ConfigError
+    from benchmark.protocol.request import RunRequest, request_layers
+
+    monkeypatch.setenv(config.PROTOCOL_PATH_VAR, "")  # restored after the test
+    own = tmp_path / "elsewhere"
+    own.mkdir()
+    text = (config.PROTOCOLS_DIR / "mlrc.toml").read_text(encoding="utf-8")
+    (own / "mymlrc.toml").write_text(text.replace("n_folds = 4", "n_folds = 3"), encoding="utf-8")
+    assert "n_folds = 4" in text
+    assert config.add_protocol_file(own / "mymlrc.toml") == "mymlrc"
+    assert os.environ[config.PROTOCOL_PATH_VAR] == str(own)  # what spawned workers inherit
+    assert "mymlrc" in config.protocol_names() and {"mlrc", "cbir"} <= set(config.protocol_names())
+    protocol_data, _, _ = request_layers(RunRequest(loss="contrastive", protocol="mymlrc", budget="smoke"))
+    assert protocol_data["protocol"]["n_folds"] == 3
+    # A built-in name is never shadowed, by path or on the include path.
+    (own / "mlrc.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"protocol 'mlrc' is already .*protocols/mlrc.toml; rename"):
+        config.add_protocol_file(own / "mlrc.toml")
+    assert config.protocol_path("mlrc") == config.PROTOCOLS_DIR / "mlrc.toml"
+    # The file name is checked as any protocol name; the file must be a protocol file.
+    (own / "my proto.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="the file name is the protocol's name; Invalid protocol name"):
+        config.add_protocol_file(own / "my proto.toml")
+    (own / "settings.toml").write_text("x = 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"settings.toml: a protocol file has a \[protocol\] table"):
+        config.add_protocol_file(own / "settings.toml")
+    with pytest.raises(ConfigError, match=r"no such \.toml file"):
+        config.add_protocol_file(own / "missing.toml")
+
+
+def test_protocol_and_protocol_file_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmark import api
+    from benchmark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Give either --protocol or --protocol-file, not both"):
+        api.run("contrastive", protocol="cbir", protocol_file=tmp_path / "x.toml", out=tmp_path)
+    from benchmark.cli.main import main
+
+    argv = ["run", "--loss", "contrastive", "--protocol", "mlrc", "--protocol-file", str(tmp_path / "x.toml")]
+    assert main(argv) == 2
+    assert "Give either --protocol or --protocol-file, not both" in capsys.readouterr().err

@@ -67,7 +67,7 @@ def _protocols() -> list[str]:
         except ConfigError as exc:  # changed or removed since the scan
             out.append(f"{name:12s} BROKEN: {exc}")
             continue
-        path = config.PROTOCOLS_DIR / f"{name}.toml"
+        path = config.protocol_path(name)
         out.append(f"{name:12s} {data['protocol'].get('description', '')}  ({path})")
     return out
 
