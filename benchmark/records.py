@@ -50,8 +50,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
 
+from benchmark.config import Deviation
 from benchmark.errors import ConfigError, DmlbenchError
-from benchmark.registry import Registry
+from benchmark.registry import PluginSource, Registry
 
 SCHEMA_PREFIX = "dmlbench.run/"
 SCHEMA_VERSION = 1
@@ -83,8 +84,8 @@ def _adopt_kind(obj: object, shown: str) -> RecordKind:
 
 #: The record kinds, the kinds of the protocols that write records (see the module docstring).
 RECORD_KINDS: Registry[RecordKind] = Registry("record kind", group="dmlbench.protocols", adopt=_adopt_kind)
-for _kind in ("mlrc", "traditional", "cbir"):  # the built-in protocols: their declarations register them
-    RECORD_KINDS.register_lazy(_kind, f"benchmark.protocol.{_kind}:PROTOCOL")
+for _builtin in ("mlrc", "traditional", "cbir"):  # the built-in protocols: their declarations register them
+    RECORD_KINDS.register_lazy(_builtin, f"benchmark.protocol.{_builtin}:PROTOCOL")
 
 
 def register_record_kind(kind: RecordKind) -> RecordKind:
@@ -170,26 +171,6 @@ class Search:
     def complete(self) -> int:
         """How many trials completed."""
         return sum(1 for t in self.trials if t.state == "COMPLETE")
-
-
-@dataclass(frozen=True)
-class Deviation:
-    """A setting that differs from the paper protocol."""
-
-    key: str
-    paper: Any  # a JSON value of the setting's own type (number, string, list ...)
-    value: Any
-
-
-@dataclass(frozen=True)
-class PluginSource:
-    """Where an outside component of the run came from (``plugins[i]``)."""
-
-    kind: str
-    ref: str
-    sha256: str | None
-    distribution: str | None
-    version: str | None
 
 
 @dataclass(frozen=True)
@@ -551,12 +532,16 @@ def parse_plugins(data: Mapping[str, Any], source: str = "<record>") -> tuple[Pl
         key = f"plugins[{i}]."
         p = check.obj(raw, key[:-1])
         plugins.append(
+            # The type the run wrote (benchmark.registry.PluginSource.to_dict): one schema.
             PluginSource(
-                check.string(p, "kind", key),
-                check.string(p, "ref", key),
-                check.opt_string(p, "sha256", key),
-                check.opt_string(p, "distribution", key),
-                check.opt_string(p, "version", key),
+                kind=check.string(p, "kind", key),
+                name=check.string(p, "name", key),
+                ref=check.string(p, "ref", key),
+                module=check.string(p, "module", key),
+                file=check.opt_string(p, "file", key),
+                sha256=check.opt_string(p, "sha256", key),
+                distribution=check.opt_string(p, "distribution", key),
+                version=check.opt_string(p, "version", key),
             )
         )
     return tuple(plugins)
@@ -588,6 +573,7 @@ def parse_record(data: object, source: str = "<record>") -> RunRecord:
     for i, raw in enumerate(check.seq(data.get("deviations", []), "deviations")):
         d = check.obj(raw, f"deviations[{i}]")
         deviations.append(
+            # The type the run derived and wrote (benchmark.config.deviations): one schema.
             Deviation(check.string(d, "key", f"deviations[{i}]."), d.get("paper"), d.get("value"))
         )
     seed = data.get("seed")

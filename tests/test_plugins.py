@@ -443,3 +443,14 @@ def test_a_metric_plugin_must_be_a_metric_spec(tmp_path: Path) -> None:
 def test_an_unknown_plugin_kind_names_the_kinds() -> None:
     with pytest.raises(DmlbenchError, match="plugin kinds: loss, dataset, trunk, metric, budget"):
         plugins.load_ref("sampler", "x.py:Y")
+
+
+def test_a_records_plugins_parse_into_the_type_the_run_wrote(tmp_path: Path) -> None:
+    # One schema: the run writes PluginSource.to_dict(), the reader parses it back into PluginSource.
+    from benchmark.records import parse_plugins
+
+    path = write_plugin(tmp_path, "roundtrip", LOSS_CLASS.format(cls="RoundTrip", name="roundtrip"))
+    plugins.load_ref("loss", f"{path}:RoundTrip")
+    source = plugins.source_of("loss", "roundtrip")
+    assert source is not None
+    assert parse_plugins({"plugins": plugins.record_sources({"loss": "roundtrip"})}) == (source,)

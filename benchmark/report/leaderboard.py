@@ -48,7 +48,6 @@ from benchmark.metrics import METRICS, MLRC_METRICS
 from benchmark.records import (
     MLRC_MODES,
     Interval,
-    PluginSource,
     RunRecord,
     as_record,
     latest_per_loss,
@@ -56,6 +55,7 @@ from benchmark.records import (
     parse_plugins,
     replicates_per_loss,
 )
+from benchmark.registry import PluginSource
 from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, Estimate, row_estimates
 from benchmark.stats.tiers import Tiers, column_tiers
 
