@@ -169,6 +169,12 @@ class RunConfig:
     # Search-range overrides per loss: ``[space.ms] alpha = [0.1, 10]`` in a protocol file or
     # ``--set 'space.ms.alpha=[0.1, 10]'``; the scale (log/linear) stays the loss's.
     space: Mapping[str, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
+    # The protocol's own settings (``[settings]`` in its file, ``--set settings.KEY=V``): a table
+    # whose keys and types the protocol declares (``ProtocolSpec.settings``, a dataclass) and
+    # benchmark.protocol.registry.resolve_run_config validates as strictly as the sections above.
+    # Left out of config_to_dict while empty, so that the configs (and hashes, run directories and
+    # records) of the protocols without settings are what they were before this table existed.
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,6 +202,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"Config key {key!r} must be a table, got {value!r}.")
         return {str(k): _coerce(v, value_type, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value  # the protocol's own settings: checked against its declaration (see RunConfig)
     if isinstance(tp, types.UnionType):
         raise ConfigError(f"internal: union type at {key!r} is not supported")
     if tp is bool:
@@ -241,6 +249,12 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
+def build_section(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
+    """``data`` validated into the dataclass ``cls`` as a config section named ``prefix``: an
+    unknown key or a value of the wrong type is a ConfigError naming ``prefix.key``."""
+    return _build(cls, data, prefix)
+
+
 def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
     """Validate a nested mapping (e.g. a parsed TOML file) into a :class:`RunConfig`."""
     return _build(RunConfig, data)
@@ -249,6 +263,8 @@ def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
     """JSON-friendly nested dict of a config (tuples become lists)."""
     out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(config)))
+    if not out["settings"]:
+        del out["settings"]  # see RunConfig.settings
     return out
 
 

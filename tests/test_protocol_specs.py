@@ -4,6 +4,7 @@ only it reads, its run class); budgets.py and config.py name no protocol."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import subprocess
@@ -176,3 +177,47 @@ def test_protocol_and_protocol_file_exclude_each_other(
     argv = ["run", "--loss", "contrastive", "--protocol", "mlrc", "--protocol-file", str(tmp_path / "x.toml")]
     assert main(argv) == 2
     assert "Give either --protocol or --protocol-file, not both" in capsys.readouterr().err
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToySettings:
+    """A protocol's own settings block: its keys, their types and defaults."""
+
+    alpha: float = 0.5
+    mode: str = "fast"
+
+
+def test_a_protocol_declares_its_settings_and_the_config_checks_them() -> None:
+    from benchmark.config import ConfigError, config_to_dict, deviations
+    from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol, resolve_run_config
+    from benchmark.records import RECORD_KINDS
+
+    spec = register_protocol(ProtocolSpec("toyset", lambda request: None, settings=_ToySettings))
+    try:
+        toml = {"protocol": {"name": "toyset"}, "settings": {"alpha": 0.7}}
+        resolved, paper = resolve_run_config(toml, {}, {"settings.alpha": 0.9})
+        assert spec.settings_of(resolved) == _ToySettings(alpha=0.9)
+        assert resolved.settings == {"alpha": 0.9, "mode": "fast"}  # defaults filled: the record names all
+        assert [(d.key, d.paper, d.value) for d in deviations(resolved, paper)] == [
+            ("settings.alpha", 0.7, 0.9)
+        ]
+        with pytest.raises(
+            ConfigError, match=r"key 'settings\.beta' in section \[settings\].*Valid keys there: alpha, mode"
+        ):
+            resolve_run_config(toml, {}, {"settings.beta": 1})
+        with pytest.raises(ConfigError, match=r"Config key 'settings\.alpha' must be a number, got 'x'"):
+            resolve_run_config(toml, {}, {"settings.alpha": "x"})
+        # A protocol without settings refuses them; its config (and hash) has no settings table.
+        mlrc = load_mlrc()
+        with pytest.raises(ConfigError, match=r"Protocol 'mlrc' has no settings of its own.*settings\.alpha"):
+            resolve_run_config(mlrc, {}, {"settings.alpha": 0.9})
+        assert "settings" not in config_to_dict(resolve_run_config(mlrc, {}, {})[0])
+    finally:
+        PROTOCOLS._items.pop("toyset")
+        RECORD_KINDS._items.pop("toyset")
+
+
+def load_mlrc() -> dict[str, object]:
+    from benchmark.config import load_protocol_file
+
+    return load_protocol_file("mlrc")

@@ -14,6 +14,7 @@ config validation) and names its run code lazily
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from benchmark.config import (
     DatasetSettings,
     RunConfig,
+    build_section,
     config_to_dict,
     flatten,
     load_protocol_file,
@@ -55,6 +57,11 @@ class ProtocolSpec:
     budget_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Dotted config keys only this protocol reads: set for another protocol they are an error.
     only_keys: tuple[str, ...] = ()
+    #: The protocol's own settings: a frozen dataclass whose fields (with defaults) are the keys of
+    #: the ``[settings]`` table of its files and ``--set settings.KEY=V`` (None: it has none). Checked
+    #: strictly when the config is resolved, before torch is imported; the run reads them with
+    #: :meth:`settings_of`.
+    settings: type | None = None
     #: The record kind this protocol writes is its name; these are the (mode, label) column groups
     #: its records may leave out of ``test.modes`` (None: every record names its modes).
     record_modes: tuple[tuple[str, str], ...] | None = None
@@ -62,6 +69,21 @@ class ProtocolSpec:
     def overrides_for(self, budget: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
         """The overrides budget ``budget`` applies to this protocol (``default``: the budget's own)."""
         return self.budget_overrides.get(budget, default)
+
+    def settings_of(self, config: RunConfig) -> Any:
+        """The protocol's settings in ``config`` as its ``settings`` dataclass (None: it has none).
+
+        An unknown key or a wrong type is a ConfigError naming ``settings.KEY``; settings given to
+        a protocol that declares none are an error naming them.
+        """
+        if self.settings is None:
+            if config.settings:
+                raise ConfigError(
+                    f"Protocol {self.name!r} has no settings of its own, but the config sets "
+                    f"{', '.join('settings.' + k for k in sorted(config.settings))}."
+                )
+            return None
+        return build_section(self.settings, config.settings, "settings")
 
     def runner_class(self) -> Any:
         """The run class (its module imported now: torch and the rest of the run code)."""
@@ -156,7 +178,23 @@ def resolve_run_config(
     user_overrides: Mapping[str, Any],
     dataset_settings: DatasetSettings | None = None,
 ) -> tuple[RunConfig, RunConfig]:
-    """:func:`benchmark.config.resolve_config` with the protocols' own-key check (see above)."""
-    return resolve_config(
+    """:func:`benchmark.config.resolve_config` with the protocols' own-key check (see above), and
+    the protocol's own settings validated against its declaration, their defaults filled in (so
+    that the record names every one of them and a changed one is a deviation)."""
+    resolved, paper = resolve_config(
         protocol_data, budget_overrides, user_overrides, dataset_settings, check_protocol_only_keys
     )
+    spec = protocol_spec(resolved.protocol.name)
+    return _with_settings(resolved, spec), _with_settings(paper, spec)
+
+
+def _with_settings(config: RunConfig, spec: ProtocolSpec) -> RunConfig:
+    settings = spec.settings_of(config)
+    if settings is None:
+        return config
+    return dataclasses.replace(config, settings=_settings_table(settings))
+
+
+def _settings_table(settings: Any) -> dict[str, Any]:
+    # As the table stands in a config dict (JSON-friendly: tuples become lists).
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}
