@@ -43,6 +43,7 @@ def run(
     loss: str,
     *,
     protocol: str = "mlrc",
+    protocol_file: str | Path | None = None,
     dataset: str | None = None,
     data_dir: str | Path | None = None,
     budget: str = "mini",
@@ -71,15 +72,21 @@ def run(
     Every argument is checked before anything is imported or read: a wrong type (``seed="0"``,
     ``seed=True``, ``overrides=[("train.lr", 1e-4)]``) or value is a
     :class:`~benchmark.errors.ConfigError` naming the ``dmlbench run`` option, as the command line
-    words it; ``protocol`` is a name (:data:`benchmark.checks.SAFE_NAME`), never a path.
+    words it; ``protocol`` is a name (:data:`benchmark.checks.SAFE_NAME`), never a path: a
+    protocol file elsewhere is ``protocol_file`` (with ``protocol`` left at its default; the file
+    name is then the protocol's name, :func:`benchmark.config.add_protocol_file`).
     """
     from benchmark import plugins
+    from benchmark.config import add_protocol_file
     from benchmark.protocol.request import RunRequest, preflight
     from benchmark.search.options import DEFAULT_HEARTBEAT_S, check_storage_url
 
     # Types first (a notebook passes anything): each a ConfigError naming the --flag, as the CLI does.
     loss = check_str("--loss", loss)
     protocol = check_name("protocol", protocol)
+    protocol_path = check_optional_path("--protocol-file", protocol_file)
+    if protocol_path is not None and protocol != "mlrc":  # "mlrc": the default, left as it is
+        raise ConfigError("Give either --protocol or --protocol-file, not both.")
     dataset = check_optional_str("--dataset", dataset)
     data_path = check_optional_path("--data-dir", data_dir)
     budget = check_str("--budget", budget)
@@ -99,6 +106,8 @@ def run(
         raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
     # Imports SQLAlchemy for a database URL, never Optuna or torch: a wrong URL costs no import time.
     check_storage_url(storage)
+    if protocol_path is not None:
+        protocol = add_protocol_file(protocol_path)
     if plugins.is_ref(loss):
         loss = plugins.load_ref("loss", loss)
     if dataset is not None and plugins.is_ref(dataset):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.errors import ConfigError
 from benchmark.registry import Registry
 
 
@@ -21,12 +22,22 @@ class Budget:
     name: str
     description: str
     # A protocol whose settings differ in kind from MLRC's (no search, epochs = dataset passes)
-    # declares its own overrides per budget in its module (benchmark.protocol.specs.budget_overrides);
+    # declares its own overrides per budget in its module (benchmark.protocol.registry.budget_overrides);
     # every other protocol gets these.
     overrides: Mapping[str, Any]
 
 
-BUDGETS: Registry[Budget] = Registry("budget")
+def adopt_budget(obj: object, shown: str) -> Budget:
+    """What a budget plugin names, checked: a :class:`Budget` (else a ConfigError)."""
+    if not isinstance(obj, Budget) or not isinstance(obj.overrides, Mapping):
+        raise ConfigError(
+            f"Plugin {shown!r} is a {type(obj).__name__}; a budget plugin must be a Budget "
+            "whose overrides are a mapping of dotted config keys."
+        )
+    return obj
+
+
+BUDGETS: Registry[Budget] = Registry("budget", group="dmlbench.budgets", adopt=adopt_budget)
 
 # Settings shared by the CPU budgets. Why each one:
 # - a small CNN on 28 px grayscale images replaces ImageNet BN-Inception at 227 px: no pretrained

@@ -1,7 +1,8 @@
 """Strict, typed run configuration.
 
-A run's configuration is built in layers: the protocol file (``protocols/<name>.toml``, the
-paper's numbers), then the budget's overrides, then the user's ``--set key=value`` overrides.
+A run's configuration is built in layers: the protocol file (``<name>.toml`` in ``protocols/`` or
+a directory of the include path :data:`PROTOCOL_PATH_VAR`, the paper's numbers), then the
+budget's overrides, then the user's ``--set key=value`` overrides.
 Every layer is validated against the dataclasses below before any compute starts: an unknown
 key or a value of the wrong type is a :class:`ConfigError` that names the key.
 
@@ -17,6 +18,7 @@ import hashlib
 import importlib.resources
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -47,6 +49,11 @@ def protocols_dir() -> Path:
 
 PROTOCOLS_DIR = protocols_dir()
 
+#: The protocol files' include path: directories (``os.pathsep``-separated) searched after the
+#: built-in ``protocols/``, whose names are never shadowed. ``dmlbench run --protocol-file PATH``
+#: adds its file's directory; spawned worker processes inherit it.
+PROTOCOL_PATH_VAR = "DMLBENCH_PROTOCOL_PATH"
+
 
 @dataclass(frozen=True)
 class ProtocolSection:
@@ -56,7 +63,7 @@ class ProtocolSection:
     description: str = ""
     n_folds: int = 4
     # Split settings that only one protocol reads (its module declares them in ``only_keys``, see
-    # benchmark.protocol.specs; set for another protocol they are an error). They stay fields of
+    # benchmark.protocol.registry; set for another protocol they are an error). They stay fields of
     # this section because run identities and records (config hashes) include them.
     # A closed-set split: the share of each class's images that become queries, and the seed of
     # that split. The seed is not the run's --seed on purpose: every loss and every run seed is
@@ -95,7 +102,7 @@ class ModelConfig:
     # (benchmark.models.features). Requires data.augment = "none".
     frozen_trunk: bool = False
     # BatchNorm gamma/beta frozen too (not only the running statistics), as the Mean-Field
-    # authors' code does (benchmark.protocol.training_options).
+    # authors' code does (benchmark.engine.training_options).
     freeze_trunk_bn_affine: bool = False
     # Global pooling of the trunk's last feature map: "avg" (MLRC) or "avg+max" (their sum, the
     # Proxy-Anchor / Mean-Field code's BN-Inception).
@@ -185,6 +192,12 @@ class RunConfig:
     # Search-range overrides per loss: ``[space.ms] alpha = [0.1, 10]`` in a protocol file or
     # ``--set 'space.ms.alpha=[0.1, 10]'``; the scale (log/linear) stays the loss's.
     space: Mapping[str, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
+    # The protocol's own settings (``[settings]`` in its file, ``--set settings.KEY=V``): a table
+    # whose keys and types the protocol declares (``ProtocolSpec.settings``, a dataclass) and
+    # benchmark.protocol.registry.resolve_run_config validates as strictly as the sections above.
+    # Left out of config_to_dict while empty, so that the configs (and hashes, run directories and
+    # records) of the protocols without settings are what they were before this table existed.
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +225,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"Config key {key!r} must be a table, got {value!r}.")
         return {str(k): _coerce(v, value_type, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value  # the protocol's own settings: checked against its declaration (see RunConfig)
     if isinstance(tp, types.UnionType):
         raise ConfigError(f"internal: union type at {key!r} is not supported")
     if tp is bool:
@@ -257,6 +272,12 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
+def build_section(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
+    """``data`` validated into the dataclass ``cls`` as a config section named ``prefix``: an
+    unknown key or a value of the wrong type is a ConfigError naming ``prefix.key``."""
+    return _build(cls, data, prefix)
+
+
 def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
     """Validate a nested mapping (e.g. a parsed TOML file) into a :class:`RunConfig`."""
     return _build(RunConfig, data)
@@ -265,6 +286,8 @@ def config_from_mapping(data: Mapping[str, Any]) -> RunConfig:
 def config_to_dict(config: RunConfig) -> dict[str, Any]:
     """JSON-friendly nested dict of a config (tuples become lists)."""
     out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(config)))
+    if not out["settings"]:
+        del out["settings"]  # see RunConfig.settings
     return out
 
 
@@ -321,39 +344,56 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"Protocol file {path} is not valid TOML: {exc}") from exc
 
 
+def protocol_search_path(protocols_dir: Path | None = None) -> list[Path]:
+    """The directories protocol files are found in, in order: ``protocols_dir`` alone when given,
+    else the built-in ``protocols/`` and then the include path (:data:`PROTOCOL_PATH_VAR`)."""
+    if protocols_dir is not None:
+        return [protocols_dir]
+    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
+    extra = [Path(d) for d in os.environ.get(PROTOCOL_PATH_VAR, "").split(os.pathsep) if d]
+    return [PROTOCOLS_DIR, *(d for d in extra if d != PROTOCOLS_DIR)]
+
+
 def scan_protocols(protocols_dir: Path | None = None) -> tuple[list[str], dict[str, str]]:
-    """``(names, broken)``: the protocol files in ``protocols_dir`` and the unreadable TOML files.
+    """``(names, broken)``: the protocol files on the search path and the unreadable TOML files.
 
     A protocol file is a TOML file with a ``[protocol]`` table; other TOML files there (the
     ``dmlbench regress`` suite) are settings of other commands. ``broken`` maps the name of each
     file that is not valid TOML to the error: it may be a protocol, but one broken file must not
-    stop the others (or ``dmlbench list``) from working.
+    stop the others (or ``dmlbench list``) from working. A name found in two directories is the
+    first one's (:func:`protocol_search_path`).
     """
-    names, broken = [], {}
-    for path in sorted((protocols_dir or PROTOCOLS_DIR).glob("*.toml")):
-        try:
-            data = _read_toml(path)
-        except ConfigError as exc:
-            broken[path.stem] = str(exc)
-            continue
-        if "protocol" in data:
-            names.append(path.stem)
-    return names, broken
+    names: list[str] = []
+    broken: dict[str, str] = {}
+    for directory in protocol_search_path(protocols_dir):
+        for path in sorted(directory.glob("*.toml")):
+            if path.stem in names or path.stem in broken:
+                continue
+            try:
+                data = _read_toml(path)
+            except ConfigError as exc:
+                broken[path.stem] = str(exc)
+                continue
+            if "protocol" in data:
+                names.append(path.stem)
+    return sorted(names), broken
 
 
 def protocol_names(protocols_dir: Path | None = None) -> list[str]:
-    """Names of the readable protocol files in ``protocols_dir`` (see :func:`scan_protocols`)."""
+    """Names of the readable protocol files on the search path (see :func:`scan_protocols`)."""
     return scan_protocols(protocols_dir)[0]
 
 
 def protocol_path(name: str, protocols_dir: Path | None = None) -> Path:
-    """``protocols/<name>.toml``; ``name`` must be a name (no ``/`` or ``..``: never a path elsewhere)."""
-    # PROTOCOLS_DIR is read at call time (not bound as a default) so that tests can point it elsewhere.
-    return (protocols_dir or PROTOCOLS_DIR) / f"{check_name('protocol', name)}.toml"
+    """``<dir>/<name>.toml`` of the first search-path directory that has it (else the first
+    directory's); ``name`` must be a name (no ``/`` or ``..``: never a path elsewhere)."""
+    file = f"{check_name('protocol', name)}.toml"
+    dirs = protocol_search_path(protocols_dir)
+    return next((d / file for d in dirs if (d / file).is_file()), dirs[0] / file)
 
 
 def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str, Any]:
-    """Parsed TOML of ``protocols/<name>.toml`` (validated later, as part of the merged config).
+    """Parsed TOML of the protocol file ``name`` (validated later, as part of the merged config).
 
     Only this file is read (an invalid one is a ConfigError naming it and the TOML error); the
     others are read only to list the valid names when ``name`` is not a protocol.
@@ -363,6 +403,38 @@ def load_protocol_file(name: str, protocols_dir: Path | None = None) -> dict[str
     if "protocol" not in data:
         raise UnknownNameError("protocol", name, protocol_names(protocols_dir))
     return data
+
+
+def add_protocol_file(path: Path) -> str:
+    """``--protocol-file PATH``: the protocol name of the file (its stem, checked like any name),
+    its directory added to the include path (:data:`PROTOCOL_PATH_VAR`, inherited by workers).
+
+    A ConfigError when the file is missing, not TOML, has no ``[protocol]`` table, or its name is
+    another protocol file's (a built-in one's above all: its name must not stand for other numbers).
+    """
+    file = path.expanduser().resolve()
+    if not file.is_file() or file.suffix != ".toml":
+        raise ConfigError(f"--protocol-file {str(path)!r}: no such .toml file ({file}).")
+    try:
+        name = check_name("protocol", file.stem)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--protocol-file {str(path)!r}: the file name is the protocol's name; {exc}"
+        ) from None
+    if "protocol" not in _read_toml(file):
+        raise ConfigError(
+            f"--protocol-file {file}: a protocol file has a [protocol] table; this one has none."
+        )
+    taken = protocol_path(name)
+    if taken.is_file() and taken.resolve() != file:
+        raise ConfigError(
+            f"--protocol-file {file}: protocol {name!r} is already {taken}; rename the file "
+            "(records and leaderboards are kept by protocol name)."
+        )
+    dirs = [d for d in os.environ.get(PROTOCOL_PATH_VAR, "").split(os.pathsep) if d]
+    if str(file.parent) not in dirs:
+        os.environ[PROTOCOL_PATH_VAR] = os.pathsep.join([*dirs, str(file.parent)])
+    return name
 
 
 def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
@@ -375,7 +447,7 @@ def protocol_kind(protocol_data: Mapping[str, Any]) -> str:
 
 #: A dataset's paper settings under a protocol: ``(dataset name, protocol name)`` -> dotted-key
 #: settings (e.g. MLRC's per-dataset convergence schedule, docs/protocols.md §2.2). The runner passes one that
-#: reads :attr:`benchmark.data.base.DatasetSpec.protocol_settings`; this module stays torch-free.
+#: reads :attr:`benchmark.data.registry.DatasetSpec.protocol_settings`; this module stays torch-free.
 DatasetSettings = Callable[[str, str], Mapping[str, Any]]
 
 
@@ -395,7 +467,7 @@ def resolve_config(
     sets them is not deviating, while a budget or user value that differs from them is.
     Each layer is validated on its own first so an error names the layer's key. ``check`` runs
     on the resolved config before the value checks every protocol shares (the protocols' own-key
-    check, :func:`benchmark.protocol.specs.resolve_run_config`).
+    check, :func:`benchmark.protocol.registry.resolve_run_config`).
     """
     budget_nested = dotted_to_nested(budget_overrides)
     user_nested = dotted_to_nested(user_overrides)

@@ -14,6 +14,17 @@ from types import ModuleType
 from typing import Any
 
 
+def resolve_target(target: str) -> Any:
+    """The object named ``"package.module:attr"`` (``attr`` may be dotted), its module imported now."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"A lazy target is written 'package.module:attr', got {target!r}.")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 class LazyCallable:
     """A callable named ``"package.module:attr"``, imported on its first call and then cached.
 
@@ -31,10 +42,7 @@ class LazyCallable:
     def resolve(self) -> Any:
         """The target object (its module is imported on the first call)."""
         if self._resolved is None:
-            module, _, attr = self.target.partition(":")
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
+            obj = resolve_target(self.target)
             if not callable(obj):
                 raise TypeError(f"Lazy target {self.target!r} is not callable.")
             self._resolved = obj

@@ -1,4 +1,4 @@
-"""Value checks of the model and training-loop options of :mod:`benchmark.protocol.training_options`.
+"""Value checks of the model and training-loop options of :mod:`benchmark.engine.training_options`.
 
 Torch-free, so that ``dmlbench run`` refuses a wrong ``--set model.pooling=...`` or
 ``train.lr_decay_gamma=...`` before importing torch (a fraction of a second instead of seconds).

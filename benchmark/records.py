@@ -14,10 +14,15 @@ Schema
 and refuses a newer one with an error asking for a newer dmlbench. A document without
 ``schema`` is read as version 1.
 
-``kind`` is the protocol kind that produced the record (the protocol file's ``[protocol] name``,
-one of :data:`KINDS`: ``mlrc``, ``traditional``, ``cbir``; an unknown kind is an error naming
-the known ones). The kind fixes the evaluation modes a record may leave out: an ``mlrc``
-record's modes are ``separated``/``concatenated`` unless ``test.modes`` names others;
+``kind`` is the protocol kind that produced the record (the protocol file's ``[protocol] name``:
+``mlrc``, ``traditional``, ``cbir`` or a plugin protocol's; an unknown kind is an error naming
+the known ones). The record kinds (:data:`RECORD_KINDS`) are registered by the protocols that
+write them: :func:`benchmark.protocol.registry.register_protocol` registers its kind, a plugin
+protocol's entry point (``dmlbench.protocols``) is found here on first use, so ``report`` and
+``compare`` read a plugin protocol's records, and the built-in kinds are placeholders to their
+declarations; each declaration fixes the evaluation modes its records may leave out
+(``ProtocolSpec.record_modes``): an ``mlrc`` record's modes are
+``separated``/``concatenated`` unless ``test.modes`` names others;
 ``traditional`` and ``cbir`` records must name theirs in ``test.modes`` (with
 ``test.mode_labels``). Runs write ``kind`` explicitly; adding an optional field keeps the
 version at 1, so every record written before (all committed ones under ``results/``) is the same
@@ -45,7 +50,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
 
-from benchmark.errors import DmlbenchError
+from benchmark.config import Deviation
+from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.registry import PluginSource, Registry
 
 SCHEMA_PREFIX = "dmlbench.run/"
 SCHEMA_VERSION = 1
@@ -54,19 +61,36 @@ SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 #: MLRC's evaluation modes with their short column labels (docs/protocols.md §6).
 MLRC_MODES: tuple[tuple[str, str], ...] = (("separated", "Sep."), ("concatenated", "Concat."))
 
-#: Known record kinds -> the modes a record of that kind has when it names none (None: the record
-#: must name its modes in ``test.modes``). A new protocol kind registers here
-#: (:func:`register_kind`) from its own module.
-KINDS: dict[str, tuple[tuple[str, str], ...] | None] = {
-    "mlrc": MLRC_MODES,
-    "traditional": None,
-    "cbir": None,
-}
+
+@dataclass(frozen=True)
+class RecordKind:
+    """A kind of run record: the protocol kind that writes it, and the modes its records may omit."""
+
+    name: str
+    #: The (mode, label) column groups of a record that names none (None: it must name its modes).
+    default_modes: tuple[tuple[str, str], ...] | None = None
 
 
-def register_kind(kind: str, default_modes: tuple[tuple[str, str], ...] | None = None) -> None:
-    """Make ``kind`` a valid record kind (``default_modes``: the modes its records may omit)."""
-    KINDS[kind] = default_modes
+def _adopt_kind(obj: object, shown: str) -> RecordKind:
+    # A protocol plugin's entry point names its ProtocolSpec, read here by its name and record modes
+    # (this layer reads records and imports no protocol code).
+    if isinstance(obj, RecordKind):
+        return obj
+    name, modes = getattr(obj, "name", None), getattr(obj, "record_modes", None)
+    if not isinstance(name, str) or not (modes is None or isinstance(modes, tuple)):
+        raise ConfigError(f"Protocol plugin {shown} must name a ProtocolSpec, got {obj!r}.")
+    return RecordKind(name, modes)
+
+
+#: The record kinds, the kinds of the protocols that write records (see the module docstring).
+RECORD_KINDS: Registry[RecordKind] = Registry("record kind", group="dmlbench.protocols", adopt=_adopt_kind)
+for _builtin in ("mlrc", "traditional", "cbir"):  # the built-in protocols: their declarations register them
+    RECORD_KINDS.register_lazy(_builtin, f"benchmark.protocol.{_builtin}:PROTOCOL")
+
+
+def register_record_kind(kind: RecordKind) -> RecordKind:
+    """Make ``kind`` a record kind that readers accept (a protocol's registration calls this)."""
+    return RECORD_KINDS.register(kind.name, kind)
 
 
 class RecordError(DmlbenchError):
@@ -150,26 +174,6 @@ class Search:
 
 
 @dataclass(frozen=True)
-class Deviation:
-    """A setting that differs from the paper protocol."""
-
-    key: str
-    paper: Any  # a JSON value of the setting's own type (number, string, list ...)
-    value: Any
-
-
-@dataclass(frozen=True)
-class PluginSource:
-    """Where an outside component of the run came from (``plugins[i]``)."""
-
-    kind: str
-    ref: str
-    sha256: str | None
-    distribution: str | None
-    version: str | None
-
-
-@dataclass(frozen=True)
 class RunRecord:
     """A validated run record (schema :data:`SCHEMA`; a missing ``kind`` derived)."""
 
@@ -208,9 +212,9 @@ class RunRecord:
     @cached_property
     def code_versions(self) -> Mapping[str, int]:
         """Fold trainings (search and test) per code version behind the record, the one that wrote
-        it included (:func:`benchmark.protocol.provenance.code_versions`; ``unrecorded`` for fold
+        it included (:func:`benchmark.analysis.provenance.code_versions`; ``unrecorded`` for fold
         results written before they carried their code)."""
-        from benchmark.protocol.provenance import code_versions
+        from benchmark.analysis.provenance import code_versions
 
         return code_versions(self.document)
 
@@ -222,8 +226,8 @@ class RunRecord:
 
     @cached_property
     def convergence(self) -> Mapping[str, Any]:
-        """:func:`benchmark.protocol.convergence.convergence_summary` of the record (computed once)."""
-        from benchmark.protocol.convergence import convergence_summary
+        """:func:`benchmark.analysis.convergence.convergence_summary` of the record (computed once)."""
+        from benchmark.analysis.convergence import convergence_summary
 
         return convergence_summary(self.document)
 
@@ -355,15 +359,15 @@ def _kind(data: Mapping[str, Any], check: _Check) -> tuple[str, tuple[str, ...]]
         top = data.get("protocol")
         if isinstance(name, str):
             kind, origin = name, "config.protocol.name"
-        elif isinstance(top, str) and top in KINDS:
+        elif isinstance(top, str) and top in RECORD_KINDS:
             kind, origin = top, "protocol"
         else:
             kind, origin = "mlrc", "the default protocol kind"
         how = (f"no 'kind': {kind!r} from {origin}",)
-    if kind not in KINDS:
+    if kind not in RECORD_KINDS:  # a plugin protocol's kind: its entry point is loaded here
         raise RecordError(
             f"Run record {check.source}: unknown kind {kind!r} (key 'kind' or config.protocol.name); "
-            f"known kinds: {', '.join(sorted(KINDS))}."
+            f"known kinds: {', '.join(sorted(RECORD_KINDS.names()))}."
         )
     return kind, how
 
@@ -384,7 +388,7 @@ def _test(check: _Check, data: Mapping[str, Any], kind: str) -> TestResults:
     metrics = check.strings(
         check.get(test, "metrics", "test.", required=True, expected="a list of metric names"), "test.metrics"
     )
-    default = KINDS[kind]
+    default = RECORD_KINDS.get(kind).default_modes
     if "modes" in test:
         labels = check.opt_obj(test, "mode_labels", "test.")
         modes = tuple((m, str(labels.get(m, m))) for m in check.strings(test["modes"], "test.modes"))
@@ -528,12 +532,16 @@ def parse_plugins(data: Mapping[str, Any], source: str = "<record>") -> tuple[Pl
         key = f"plugins[{i}]."
         p = check.obj(raw, key[:-1])
         plugins.append(
+            # The type the run wrote (benchmark.registry.PluginSource.to_dict): one schema.
             PluginSource(
-                check.string(p, "kind", key),
-                check.string(p, "ref", key),
-                check.opt_string(p, "sha256", key),
-                check.opt_string(p, "distribution", key),
-                check.opt_string(p, "version", key),
+                kind=check.string(p, "kind", key),
+                name=check.string(p, "name", key),
+                ref=check.string(p, "ref", key),
+                module=check.string(p, "module", key),
+                file=check.opt_string(p, "file", key),
+                sha256=check.opt_string(p, "sha256", key),
+                distribution=check.opt_string(p, "distribution", key),
+                version=check.opt_string(p, "version", key),
             )
         )
     return tuple(plugins)
@@ -565,6 +573,7 @@ def parse_record(data: object, source: str = "<record>") -> RunRecord:
     for i, raw in enumerate(check.seq(data.get("deviations", []), "deviations")):
         d = check.obj(raw, f"deviations[{i}]")
         deviations.append(
+            # The type the run derived and wrote (benchmark.config.deviations): one schema.
             Deviation(check.string(d, "key", f"deviations[{i}]."), d.get("paper"), d.get("value"))
         )
     seed = data.get("seed")

@@ -72,7 +72,7 @@ def sop_schedule() -> dict[str, int]:
     """The paper budget's MLRC schedule on SOP (its dataset settings applied): counts only."""
     from benchmark.budgets import BUDGETS
     from benchmark.config import load_protocol_file, resolve_config
-    from benchmark.data.specs import DATASETS
+    from benchmark.data.registry import DATASETS
 
     config, _ = resolve_config(
         load_protocol_file("mlrc"),

@@ -43,10 +43,11 @@ from PIL import Image
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, train_batch
-from benchmark.data.base import DatasetOptions, ImageDataset, load_dataset
+from benchmark.data.base import ImageDataset
 from benchmark.data.prefetch import Prefetcher
+from benchmark.data.registry import DatasetOptions, load_dataset
 from benchmark.data.sampler import MPerClassSampler
-from benchmark.protocol.train import remap_labels, train_with_loss
+from benchmark.engine.train import remap_labels, train_with_loss
 
 BATCH = 32
 LOSS = "contrastive"
@@ -160,7 +161,7 @@ def load_splits(cub: Path, image_size: int, cache: Path) -> dict[str, Split]:
 
 
 # --jobs N: each timed call runs in N spawned processes at once, like fold-parallel training
-# (benchmark.protocol.parallel: one process per core, one torch thread each). Each worker builds
+# (benchmark.engine.parallel: one process per core, one torch thread each). Each worker builds
 # its datasets once, from the shared JPEG tree.
 _WORKER: dict[str, Any] = {}
 

@@ -13,7 +13,7 @@ Usage::
 
 Trains fold ``--fold`` of the budget's MLRC configuration with the protocol's own
 ``train_with_loss`` (the loss's default parameters), ``--repeats`` times, with timers wrapped
-around the pieces the loop calls (monkeypatched in ``benchmark.protocol.train`` and hooked on the
+around the pieces the loop calls (monkeypatched in ``benchmark.engine.train`` and hooked on the
 model, loss and optimisers; nothing is re-implemented). With prefetching (``--prefetch default``:
 the loop's own choice, on with one torch thread), batch preparation runs in a background thread:
 its time overlaps the step and is shown apart, and the time the loop waited for a batch is the
@@ -63,17 +63,17 @@ import numpy as np
 import torch
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, parse_set_option, resolve_config
 from benchmark.data.sampler import MPerClassSampler
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.parallel import FoldData
+from benchmark.engine.train import FoldResult
 from benchmark.losses import LOSSES, LossContext
 from benchmark.models.features import Samples
 from benchmark.models.trunks import EmbeddingModel, set_train_mode
-from benchmark.protocol.parallel import FoldData
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
-from benchmark.protocol.train import FoldResult
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def _hook_module(module: nn.Module, timers: Timers, piece: str) -> None:
 
 
 def instrument(timers: Timers) -> Callable[[], None]:
-    """Patch ``benchmark.protocol.train`` so that its loop reports into ``timers``; returns undo."""
+    """Patch ``benchmark.engine.train`` so that its loop reports into ``timers``; returns undo."""
     saved: dict[str, Any] = {}
 
     def patch(name: str, value: Any) -> None:

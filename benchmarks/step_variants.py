@@ -16,9 +16,9 @@ random uint8 images and m-per-class labels, for:
 * ``cat-check``: the gradient check as one ``isfinite`` over the concatenated gradients;
 * ``channels_last``: model and input in channels-last memory format;
 * ``both``: foreach-opt + cat-check;
-* ``foreach+cl``: foreach-opt + channels_last (:func:`benchmark.protocol.train.place_model`);
+* ``foreach+cl``: foreach-opt + channels_last (:func:`benchmark.engine.train.place_model`);
 * ``foreach+cl+fused``: foreach+cl with the fused gradient check of
-  :func:`benchmark.protocol.train._grads_finite`: the step as the fold loop now runs it on the CPU;
+  :func:`benchmark.engine.train._grads_finite`: the step as the fold loop now runs it on the CPU;
 * ``compiled``: foreach+cl+fused with the model wrapped in ``torch.compile`` (inductor, static
   shapes; forward and backward compiled, loss and optimiser eager). Not in the default list: its
   compile time is paid per process, i.e. per fold, so it is printed separately (the warm-up block's
@@ -43,9 +43,9 @@ import torch
 from torch import nn
 
 from benchmark.data.augment import CHARACTER_AUGMENT, train_batch
+from benchmark.engine.train import _grads_finite
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
-from benchmark.protocol.train import _grads_finite
 
 VARIANTS = ("baseline", "foreach-opt", "cat-check", "channels_last", "both", "foreach+cl", "foreach+cl+fused")
 OPTIONAL_VARIANTS = ("compiled",)

@@ -15,7 +15,7 @@ batch sampler), the same augmentation math (dmlbench's ``characters`` transform)
 ``torch.set_num_threads``, on fold ``--fold``'s training images of the budget's configuration.
 The variants (``--variants``, comma-separated, default all):
 
-* ``dmlbench``: :func:`benchmark.protocol.train.train_with_loss` for one epoch of ``--iters``
+* ``dmlbench``: :func:`benchmark.engine.train.train_with_loss` for one epoch of ``--iters``
   iterations, as a run trains (channels-last on the CPU; with one torch thread its
   ``default_prefetch_depth`` prepares batches in a second OS thread);
 * ``dmlbench-noprefetch``: the same with ``prefetch_depth=0``: sampling and augmentation in the
@@ -82,10 +82,10 @@ from benchmark.data.augment import AugmentSpec, train_batch
 from benchmark.data.base import ImageDataset
 from benchmark.data.sampler import MPerClassSampler
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.train import make_optimizer, remap_labels
 from benchmark.losses import LOSSES, LossContext, build_loss
 from benchmark.models.trunks import build_model
 from benchmark.protocol.run_data import AUGMENTS, cache_dir, fold_data, load_run_dataset
-from benchmark.protocol.train import make_optimizer, remap_labels
 
 SEED = 0
 

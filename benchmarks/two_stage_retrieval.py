@@ -36,7 +36,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data import DatasetOptions, ImageDataset, load_dataset
@@ -75,9 +75,7 @@ def captured_losses() -> Iterator[list[nn.Module]]:
     finally:
         train_module.build_loss = build_loss
     if not built:
-        raise SystemExit(
-            "train_fold no longer calls benchmark.protocol.train.build_loss; update this script."
-        )
+        raise SystemExit("train_fold no longer calls benchmark.engine.train.build_loss; update this script.")
 
 
 def make_config(dataset: str, epochs: int, iters: int) -> RunConfig:

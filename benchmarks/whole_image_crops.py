@@ -32,7 +32,7 @@ import torch
 from PIL import Image
 
 from benchmark.data.augment import PAPER_AUGMENT, train_batch
-from benchmark.data.base import DatasetOptions
+from benchmark.data.registry import DatasetOptions
 from benchmark.data.standard import load_cub200
 
 

@@ -17,8 +17,8 @@ from benchmark.config import (
 )
 from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.registry import protocol_only_keys, resolve_run_config
 from benchmark.protocol.request import RunRequest
-from benchmark.protocol.specs import protocol_only_keys, resolve_run_config
 
 PAPER = load_protocol_file("mlrc")
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
+from benchmark.analysis.convergence import convergence_summary, derive_stop, stage_fold_stats
 from benchmark.budgets import BUDGETS
 from benchmark.cli.main import main
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.base import ImageDataset
-from benchmark.protocol.convergence import convergence_summary, derive_stop, stage_fold_stats
-from benchmark.protocol.train import FoldResult, train_with_loss
+from benchmark.engine.train import FoldResult, train_with_loss
 from benchmark.report.leaderboard import write_leaderboard
 from benchmark.report.tables import leaderboard_data, render_latex, select_records
 

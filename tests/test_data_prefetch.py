@@ -22,16 +22,17 @@ from test_divergence import NaNLoss
 from test_standard_run import make_cub_tree
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.augment import CHARACTER_AUGMENT, PAPER_AUGMENT, AugmentSpec, train_batch
-from benchmark.data.base import DatasetOptions, ImageDataset, load_dataset
+from benchmark.data.base import ImageDataset
 from benchmark.data.prefetch import Prefetcher
+from benchmark.data.registry import DatasetOptions, load_dataset
+from benchmark.engine.train import PREFETCH_DEPTH, default_prefetch_depth, train_with_loss
 from benchmark.errors import TrainingDiverged
 from benchmark.losses import build_loss
 from benchmark.models.features import Samples
-from benchmark.protocol.train import PREFETCH_DEPTH, default_prefetch_depth, train_with_loss
 
 CPU = torch.device("cpu")
 JOIN_S = 10.0  # generous bound for a thread to stop; a healthy one stops in milliseconds

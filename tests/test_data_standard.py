@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch
-from benchmark.data.base import DatasetOptions, DatasetSpec, ImageDataset, validate_dataset
+from benchmark.data.base import ImageDataset, validate_dataset
+from benchmark.data.registry import DatasetOptions, DatasetSpec
 from benchmark.data.standard import (
     PARTITIONS,
     LazyImageDataset,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.request import RunRequest
 

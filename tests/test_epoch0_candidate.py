@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
+from benchmark.analysis.convergence import derive_stop
 from benchmark.config import RunConfig
 from benchmark.losses import LossContext
 from benchmark.models.features import Samples
-from benchmark.protocol.convergence import derive_stop
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.request import RunRequest
 

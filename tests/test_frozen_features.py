@@ -19,6 +19,7 @@ from benchmark.config import RunConfig, load_protocol_file, resolve_config
 from benchmark.data.augment import CHARACTER_AUGMENT, eval_batch
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.train import embed_samples, train_fold
 from benchmark.errors import ConfigError
 from benchmark.models import features as features_mod
 from benchmark.models.features import (
@@ -31,7 +32,6 @@ from benchmark.models.trunks import build_model
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.request import RunRequest
 from benchmark.protocol.run_data import fold_data, load_fold_data
-from benchmark.protocol.train import embed_samples, train_fold
 
 CPU = torch.device("cpu")
 

@@ -12,8 +12,8 @@ from benchmark.config import deviations
 from benchmark.data import DATASETS
 from benchmark.losses import LOSSES, SearchDim
 from benchmark.protocol.base import ProtocolRun
+from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.request import RunRequest, dataset_paper_settings, request_layers
-from benchmark.protocol.specs import resolve_run_config
 
 Ranges = Mapping[str, tuple[float, float, bool]]  # hyperparameter -> (low, high, log)
 

@@ -20,8 +20,8 @@ from PIL import Image
 from benchmark.budgets import BUDGETS
 from benchmark.config import deviations, load_protocol_file, resolve_config
 from benchmark.losses import LOSSES, LossContext, build_loss
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.request import dataset_paper_settings
-from benchmark.protocol.specs import budget_overrides
 
 
 def _pixels(rng: np.random.Generator, base: np.ndarray) -> np.ndarray:

@@ -13,14 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from cli_helpers import dmlbench
 
 from benchmark import plugins
 from benchmark.data import DATASETS
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.losses import LOSSES, LossContext, SearchDim, build_loss
+from benchmark.metrics import METRICS
 from benchmark.models.trunks import TRUNKS
 from benchmark.registry import Registry
 from benchmark.report.leaderboard import footer_notes
@@ -54,20 +56,19 @@ class {cls}(nn.Module):
 def clean_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts without plugins and leaves the registries and the environment as it found them."""
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
-    registries: list[tuple[Registry[Any], dict[str, Any]]] = [
-        (r, dict(r._items)) for r in (LOSSES, DATASETS, TRUNKS)
+    saved: list[tuple[Registry[Any], dict[str, Any], dict[str, Any], dict[str, str], bool]] = [
+        (r, dict(r._items), dict(r._sources), dict(r._loaded), r._all_discovered)
+        for r in plugins.REGISTRIES.values()
     ]
-    state = [(d, d.copy()) for d in (plugins._SOURCES, plugins._LOADED)]
-    discovered = set(plugins._ALL_DISCOVERED)
     yield
-    for registry, items in registries:
+    for registry, items, sources, loaded, discovered in saved:
         registry._items.clear()
         registry._items.update(items)
-    for d, copy in state:
-        d.clear()
-        d.update(copy)  # type: ignore[arg-type]
-    plugins._ALL_DISCOVERED.clear()
-    plugins._ALL_DISCOVERED.update(discovered)
+        registry._sources.clear()
+        registry._sources.update(sources)
+        registry._loaded.clear()
+        registry._loaded.update(loaded)
+        registry._all_discovered = discovered
 
 
 def write_plugin(tmp_path: Path, stem: str, source: str) -> Path:
@@ -238,7 +239,7 @@ def make_distribution(site: Path, module: str, entry_points: str, dist: str = "f
 def test_entry_points_register_on_first_query_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_distribution(tmp_path, "ep_loss_mod", "[dmlbench.losses]\neploss = ep_loss_mod:EpLoss\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    plugins._ALL_DISCOVERED.discard("loss")
+    LOSSES._all_discovered = False
     try:
         LOSSES.get("contrastive")
         assert "ep_loss_mod" not in sys.modules  # a built-in lookup does not import plugin code
@@ -270,7 +271,7 @@ def test_an_entry_point_named_unlike_its_loss_is_refused(
 ) -> None:
     make_distribution(tmp_path, "ep_bad_mod", "[dmlbench.losses]\nother = ep_bad_mod:EpLoss\n", "bad-dist")
     monkeypatch.syspath_prepend(str(tmp_path))
-    plugins._ALL_DISCOVERED.discard("loss")
+    LOSSES._all_discovered = False
     try:
         with pytest.raises(ConfigError, match="entry point is named 'other' but the loss it names is called"):
             LOSSES.get("other")
@@ -377,3 +378,79 @@ def test_cli_plugin_calling_sys_exit_at_import_exits_2_naming_it(
     err = capsys.readouterr().err
     assert code == 2 and f"Plugin '{path}:X' called sys.exit(3) while being imported" in err
     assert not (tmp_path / "runs").exists()
+
+
+METRIC_MODULE = """
+import numpy as np
+
+from benchmark.metrics import MetricSpec
+
+
+def _hits_at_2(query_labels, neighbour_labels, r):
+    return (neighbour_labels[:, :2] == query_labels[:, None]).any(axis=1).astype(np.float64)
+
+
+HITS = MetricSpec(
+    name="hits_at_2",
+    display_name="Hits@2",
+    higher_is_better=True,
+    k_needed=lambda labels: 2,
+    fn=_hits_at_2,
+    description="A neighbour of the query's class among the first two.",
+)
+"""
+
+
+def _score_with(metric: str) -> dict[str, float]:
+    from benchmark.metrics import evaluate
+
+    embeddings = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]], dtype=np.float32)
+    return evaluate(embeddings, np.array([0, 0, 1, 1]), "cosine", metrics=[metric, "precision_at_1"])
+
+
+def test_a_metric_plugin_comes_by_entry_point_like_the_other_kinds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_distribution(tmp_path, "ep_metric_mod", "[dmlbench.metrics]\nhits_at_2 = ep_metric_mod:HITS\n")
+    (tmp_path / "ep_metric_mod.py").write_text(textwrap.dedent(METRIC_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    METRICS._all_discovered = False
+    try:
+        METRICS.get("map_at_r")
+        assert "ep_metric_mod" not in sys.modules  # a built-in lookup does not import plugin code
+        assert _score_with("hits_at_2") == {"hits_at_2": 1.0, "precision_at_1": 1.0}
+        source = plugins.source_of("metric", "hits_at_2")
+        assert source is not None and source.distribution == "fake-dist"
+        assert "hits_at_2" in METRICS.names()
+    finally:
+        sys.modules.pop("ep_metric_mod", None)
+
+
+def test_a_metric_plugin_reaches_spawned_processes_through_the_environment(tmp_path: Path) -> None:
+    path = write_plugin(tmp_path, "env_metric", METRIC_MODULE)
+    assert plugins.load_ref("metric", f"{path}:HITS") == "hits_at_2"
+    assert ["metric", f"{path}:HITS", str(path.parent)] in json.loads(os.environ[plugins.ENV_VAR])
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_score_with, ("hits_at_2",)) == {"hits_at_2": 1.0, "precision_at_1": 1.0}
+
+
+def test_a_metric_plugin_must_be_a_metric_spec(tmp_path: Path) -> None:
+    path = write_plugin(tmp_path, "not_metric", "HITS = 3\n")
+    with pytest.raises(ConfigError, match="a metric plugin must be a MetricSpec"):
+        plugins.load_ref("metric", f"{path}:HITS")
+
+
+def test_an_unknown_plugin_kind_names_the_kinds() -> None:
+    with pytest.raises(DmlbenchError, match="plugin kinds: loss, dataset, trunk, metric, budget"):
+        plugins.load_ref("sampler", "x.py:Y")
+
+
+def test_a_records_plugins_parse_into_the_type_the_run_wrote(tmp_path: Path) -> None:
+    # One schema: the run writes PluginSource.to_dict(), the reader parses it back into PluginSource.
+    from benchmark.records import parse_plugins
+
+    path = write_plugin(tmp_path, "roundtrip", LOSS_CLASS.format(cls="RoundTrip", name="roundtrip"))
+    plugins.load_ref("loss", f"{path}:RoundTrip")
+    source = plugins.source_of("loss", "roundtrip")
+    assert source is not None
+    assert parse_plugins({"plugins": plugins.record_sources({"loss": "roundtrip"})}) == (source,)

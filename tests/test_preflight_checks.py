@@ -194,7 +194,7 @@ def test_a_state_dict_of_another_network_is_refused_before_any_data(tmp_path: Pa
 
 def test_the_fit_check_accepts_weights_of_either_channel_count(tmp_path: Path) -> None:
     """The dataset's channels are not known before it is loaded; the loader averages RGB weights."""
-    from benchmark.models.specs import trunk_spec
+    from benchmark.models.registry import trunk_spec
     from benchmark.models.trunks import build_model, check_weights_file
 
     for channels in (1, 3):
@@ -266,7 +266,7 @@ def test_a_trunk_that_cannot_be_built_on_the_meta_device_is_built_on_the_cpu(
 ) -> None:
     from torch import nn
 
-    from benchmark.models.specs import TRUNKS, TrunkSpec
+    from benchmark.models.registry import TRUNKS, TrunkSpec
     from benchmark.models.trunks import check_weights_file
 
     def build(channels: int) -> tuple[nn.Module, int]:

@@ -16,8 +16,8 @@ import pytest
 import torch
 from conftest import OMNIGLOT, REPO
 
-from benchmark.data.base import DATASETS
 from benchmark.data.glyphs import is_class_candidate
+from benchmark.data.registry import DATASETS
 from benchmark.errors import ConfigError
 from benchmark.models import pretrained
 from benchmark.models.pretrained import (

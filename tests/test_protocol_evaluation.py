@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmark.protocol.evaluation import concatenate_embeddings
+from benchmark.engine.evaluation import concatenate_embeddings
 
 
 def naive_concat(fold_embs: list[np.ndarray]) -> np.ndarray:

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-import benchmark.protocol.device as device_module
+import benchmark.engine.device as device_module
 import benchmark.protocol.progress as progress_module
 from benchmark.budgets import BUDGETS
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.base import ImageDataset
-from benchmark.protocol.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
+from benchmark.engine.parallel import FoldData, FoldExecutor, FoldTask, WorkerSetup
+from benchmark.engine.train import train_with_loss
 from benchmark.protocol.progress import Progress
-from benchmark.protocol.train import train_with_loss
 
 
 def test_a_log_gets_milestones_and_a_heartbeat_not_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ only it reads, its run class); budgets.py and config.py name no protocol."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from benchmark.budgets import BUDGETS
 from benchmark.errors import UnknownNameError
-from benchmark.protocol.specs import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
+from benchmark.protocol.registry import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # announced by an installed distribution's entry point (dmlbench.protocols).
 _MODULE = '''
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.specs import ProtocolSpec
+from benchmark.protocol.registry import ProtocolSpec
 
 
 class ToyRun(ProtocolRun):
@@ -50,7 +51,8 @@ config.PROTOCOLS_DIR = Path(sys.argv[1])
 from benchmark.budgets import BUDGETS
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.request import RunRequest, request_layers
-from benchmark.protocol.specs import budget_overrides, protocol_specs
+from benchmark.protocol.registry import budget_overrides, protocol_specs
+from benchmark.records import RECORD_KINDS
 _, smoke, _ = request_layers(RunRequest(loss="contrastive", protocol="toyfile", budget="smoke"))
 print(json.dumps({
     "kinds": [s.name for s in protocol_specs()],
@@ -58,6 +60,7 @@ print(json.dumps({
     "mini": dict(budget_overrides("mini", "toy")) == dict(BUDGETS.get("mini").overrides),
     "runner": runner_for("toyfile").__name__,
     "runner_module": runner_for("toyfile").__module__,
+    "record_kind": "toy" in RECORD_KINDS,
 }))
 """
 
@@ -88,6 +91,7 @@ def test_a_protocol_from_its_module_and_toml_file_alone(tmp_path: Path) -> None:
     assert out["smoke"] == {"test.reps": 3, "train.max_epochs": 1}
     assert out["mini"] is True
     assert (out["runner"], out["runner_module"]) == ("ToyRun", "toy_protocol")
+    assert out["record_kind"] is True  # report and compare read its records
 
 
 def test_builtin_protocols_declare_their_own_settings() -> None:
@@ -124,3 +128,96 @@ def test_an_unknown_protocol_kind_names_every_known_one() -> None:
         protocol_spec("nosuch")
     choices = str(info.value).split("Valid choices:")[1]
     assert {"mlrc", "traditional", "cbir"} <= {c.strip(" .") for c in choices.split(",")}
+
+
+def test_a_protocol_file_by_path_or_on_the_include_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmark import config
+    from benchmark.errors import ConfigError
+    from benchmark.protocol.request import RunRequest, request_layers
+
+    monkeypatch.setenv(config.PROTOCOL_PATH_VAR, "")  # restored after the test
+    own = tmp_path / "elsewhere"
+    own.mkdir()
+    text = (config.PROTOCOLS_DIR / "mlrc.toml").read_text(encoding="utf-8")
+    (own / "mymlrc.toml").write_text(text.replace("n_folds = 4", "n_folds = 3"), encoding="utf-8")
+    assert "n_folds = 4" in text
+    assert config.add_protocol_file(own / "mymlrc.toml") == "mymlrc"
+    assert os.environ[config.PROTOCOL_PATH_VAR] == str(own)  # what spawned workers inherit
+    assert "mymlrc" in config.protocol_names() and {"mlrc", "cbir"} <= set(config.protocol_names())
+    protocol_data, _, _ = request_layers(RunRequest(loss="contrastive", protocol="mymlrc", budget="smoke"))
+    assert protocol_data["protocol"]["n_folds"] == 3
+    # A built-in name is never shadowed, by path or on the include path.
+    (own / "mlrc.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"protocol 'mlrc' is already .*protocols/mlrc.toml; rename"):
+        config.add_protocol_file(own / "mlrc.toml")
+    assert config.protocol_path("mlrc") == config.PROTOCOLS_DIR / "mlrc.toml"
+    # The file name is checked as any protocol name; the file must be a protocol file.
+    (own / "my proto.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="the file name is the protocol's name; Invalid protocol name"):
+        config.add_protocol_file(own / "my proto.toml")
+    (own / "settings.toml").write_text("x = 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"settings.toml: a protocol file has a \[protocol\] table"):
+        config.add_protocol_file(own / "settings.toml")
+    with pytest.raises(ConfigError, match=r"no such \.toml file"):
+        config.add_protocol_file(own / "missing.toml")
+
+
+def test_protocol_and_protocol_file_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmark import api
+    from benchmark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Give either --protocol or --protocol-file, not both"):
+        api.run("contrastive", protocol="cbir", protocol_file=tmp_path / "x.toml", out=tmp_path)
+    from benchmark.cli.main import main
+
+    argv = ["run", "--loss", "contrastive", "--protocol", "mlrc", "--protocol-file", str(tmp_path / "x.toml")]
+    assert main(argv) == 2
+    assert "Give either --protocol or --protocol-file, not both" in capsys.readouterr().err
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToySettings:
+    """A protocol's own settings block: its keys, their types and defaults."""
+
+    alpha: float = 0.5
+    mode: str = "fast"
+
+
+def test_a_protocol_declares_its_settings_and_the_config_checks_them() -> None:
+    from benchmark.config import ConfigError, config_to_dict, deviations
+    from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol, resolve_run_config
+    from benchmark.records import RECORD_KINDS
+
+    spec = register_protocol(ProtocolSpec("toyset", lambda request: None, settings=_ToySettings))
+    try:
+        toml = {"protocol": {"name": "toyset"}, "settings": {"alpha": 0.7}}
+        resolved, paper = resolve_run_config(toml, {}, {"settings.alpha": 0.9})
+        assert spec.settings_of(resolved) == _ToySettings(alpha=0.9)
+        assert resolved.settings == {"alpha": 0.9, "mode": "fast"}  # defaults filled: the record names all
+        assert [(d.key, d.paper, d.value) for d in deviations(resolved, paper)] == [
+            ("settings.alpha", 0.7, 0.9)
+        ]
+        with pytest.raises(
+            ConfigError, match=r"key 'settings\.beta' in section \[settings\].*Valid keys there: alpha, mode"
+        ):
+            resolve_run_config(toml, {}, {"settings.beta": 1})
+        with pytest.raises(ConfigError, match=r"Config key 'settings\.alpha' must be a number, got 'x'"):
+            resolve_run_config(toml, {}, {"settings.alpha": "x"})
+        # A protocol without settings refuses them; its config (and hash) has no settings table.
+        mlrc = load_mlrc()
+        with pytest.raises(ConfigError, match=r"Protocol 'mlrc' has no settings of its own.*settings\.alpha"):
+            resolve_run_config(mlrc, {}, {"settings.alpha": 0.9})
+        assert "settings" not in config_to_dict(resolve_run_config(mlrc, {}, {})[0])
+    finally:
+        PROTOCOLS._items.pop("toyset")
+        RECORD_KINDS._items.pop("toyset")
+
+
+def load_mlrc() -> dict[str, object]:
+    from benchmark.config import load_protocol_file
+
+    return load_protocol_file("mlrc")

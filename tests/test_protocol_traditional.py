@@ -15,15 +15,16 @@ from cli_helpers import dmlbench
 
 from benchmark.budgets import BUDGETS
 from benchmark.data.sampler import PassSampler
+from benchmark.engine.train import iterations_per_epoch
 from benchmark.errors import DataError
+from benchmark.losses import LOSSES
 from benchmark.protocol.cbir_run import CBIRRun
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.repeated import unused_override
-from benchmark.protocol.specs import budget_overrides
 from benchmark.protocol.traditional import HalfSplit, half_split, traditional_param_lr
 from benchmark.protocol.traditional_run import TraditionalRun
-from benchmark.protocol.train import iterations_per_epoch
 
 # -- pure functions ------------------------------------------------------------------------------
 
@@ -49,12 +50,18 @@ def test_half_split_needs_four_classes() -> None:
 
 def test_param_lr_proxies_and_mean_fields() -> None:
     # The paper's values at its lr 1e-4, and the authors' SOP/InShop mean fields at 6e-4 (1.2).
-    assert traditional_param_lr("proxyanchor", True, 1e-4) == 1e-2
-    assert traditional_param_lr("mfcont", True, 1e-4) == 2e-1
-    assert traditional_param_lr("mfcwms", True, 1e-4) == 2e-1
-    assert traditional_param_lr("mfcwms", True, 6e-4) == 1.2
-    assert traditional_param_lr("proxyanchor", True, 6e-4) == 0.06  # not 0.06000000000000001
-    assert traditional_param_lr("contrastive", False, 1e-4) is None
+    # The ratios are the losses' own declarations: the protocol names no loss.
+    assert traditional_param_lr(LOSSES.get("proxyanchor"), 1e-4) == 1e-2
+    assert traditional_param_lr(LOSSES.get("mfcont"), 1e-4) == 2e-1
+    assert traditional_param_lr(LOSSES.get("mfcwms"), 1e-4) == 2e-1
+    assert traditional_param_lr(LOSSES.get("mfnca"), 1e-4) == 2e-1
+    assert traditional_param_lr(LOSSES.get("mfcwms"), 6e-4) == 1.2
+    assert traditional_param_lr(LOSSES.get("proxyanchor"), 6e-4) == 0.06  # not 0.06000000000000001
+    assert traditional_param_lr(LOSSES.get("contrastive"), 1e-4) is None
+    mean_fields = {
+        name for name, spec in LOSSES.items() if spec.has_parameters and spec.param_lr_ratio == 2000
+    }
+    assert mean_fields == {"mfcont", "mfcwms", "mfnca"}  # docs/protocols.md §3: the mean-field losses
 
 
 def test_iterations_per_epoch_zero_means_one_pass() -> None:

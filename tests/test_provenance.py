@@ -10,11 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmark.errors import DmlbenchError
-from benchmark.protocol import base
-from benchmark.protocol.environment import code_identity, tree_identity
-from benchmark.protocol.mlrc_run import MLRCRun
-from benchmark.protocol.provenance import (
+from benchmark.analysis.provenance import (
     CODE_FILE,
     RESUME_FLAG,
     UNRECORDED,
@@ -24,6 +20,10 @@ from benchmark.protocol.provenance import (
     fold_codes,
     short_code,
 )
+from benchmark.engine.environment import code_identity, tree_identity
+from benchmark.errors import DmlbenchError
+from benchmark.protocol import base
+from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.request import RunRequest
 from benchmark.records import parse_record
 from benchmark.report.leaderboard import write_leaderboard

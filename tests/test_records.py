@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from test_report_tables import MLRC, make_record, write
 
-from benchmark.records import KINDS, SCHEMA, RecordError, load_record, load_records, parse_record
+from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol
+from benchmark.records import RECORD_KINDS, SCHEMA, RecordError, load_record, load_records, parse_record
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 COMMITTED = sorted(RESULTS.glob("*/*/records/*.json"))
@@ -104,7 +105,25 @@ def test_unknown_kind_lists_the_known_ones() -> None:
         parse_record(_doc(kind="retrieval"), "x.json")
     with pytest.raises(RecordError, match="unknown kind 'nope'"):
         parse_record(_doc(config={"protocol": {"name": "nope"}}), "x.json")
-    assert set(KINDS) >= {"mlrc", "traditional", "cbir"}
+    assert set(RECORD_KINDS.names()) >= {"mlrc", "traditional", "cbir"} == set(PROTOCOLS.names())
+
+
+def test_a_protocol_registers_the_kind_of_its_records() -> None:
+    # A protocol's records are read (report, compare) once it is registered: its registration
+    # registers the record kind, and its declared modes are the ones its records may omit.
+    spec = ProtocolSpec("toyrecords", lambda request: None, record_modes=(("whole", "Whole"),))
+    register_protocol(spec)
+    try:
+        summary = {"whole": {m: {"mean": v, "half_width": 0.01} for m, v in BASE.items()}}
+        doc = _doc(kind="toyrecords")
+        doc["test"] = {**doc["test"], "summary": summary}
+        doc["test"].pop("per_rep", None)
+        record = parse_record(doc, "x.json")
+        assert record.kind == "toyrecords" and record.test.modes == (("whole", "Whole"),)
+        assert record.test.summary["whole"]["map_at_r"].mean == 0.3
+    finally:
+        PROTOCOLS._items.pop(spec.name)
+        RECORD_KINDS._items.pop(spec.name)
 
 
 def test_a_kind_without_default_modes_must_name_them() -> None:
@@ -145,7 +164,7 @@ def test_git_dirty_ignores_what_runs_write_under_results(tmp_path: Path) -> None
     """A run's own outputs (results/) leave the commit clean; a changed source file makes it dirty."""
     import subprocess
 
-    from benchmark.protocol.environment import git_commit
+    from benchmark.engine.environment import git_commit
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

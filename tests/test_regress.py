@@ -15,9 +15,9 @@ import scipy.stats
 import torch
 
 from benchmark.cli.main import main
+from benchmark.engine.environment import environment_info
 from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
 from benchmark.io import differing_keys
-from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     build_case_baseline,
     load_baselines,

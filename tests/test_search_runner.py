@@ -11,11 +11,11 @@ import numpy as np
 import optuna
 import pytest
 
+from benchmark.engine.parallel import FoldOutcome, FoldTask
+from benchmark.engine.train import FoldResult
 from benchmark.protocol.mlrc_run import MLRCRun
-from benchmark.protocol.parallel import FoldOutcome, FoldTask
 from benchmark.protocol.request import RunRequest
 from benchmark.protocol.search_stage import SearchStage
-from benchmark.protocol.train import FoldResult
 from benchmark.search.study import FAILED_SCORE, FAILURE_ATTR, is_failed
 
 FoldScore = Callable[[FoldTask], float | None]  # None: the fold diverged

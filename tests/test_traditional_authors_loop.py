@@ -25,13 +25,14 @@ from benchmark.config import (
 )
 from benchmark.data.augment import IMAGENET_AUGMENT
 from benchmark.data.base import ImageDataset
+from benchmark.engine.train import build_fold_model, train_with_loss
+from benchmark.engine.training_options import LoopControl, configure_model
 from benchmark.errors import ConfigError
+from benchmark.losses import LOSSES
 from benchmark.models.trunks import build_model
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.request import dataset_paper_settings, validate_common
 from benchmark.protocol.run_data import AUGMENTS
-from benchmark.protocol.specs import budget_overrides
-from benchmark.protocol.train import build_fold_model, train_with_loss
-from benchmark.protocol.training_options import LoopControl, configure_model
 
 
 def _paper() -> RunConfig:
@@ -87,7 +88,7 @@ def test_per_dataset_settings_are_the_authors_commands(
     t, m = config.train, config.model
     assert (t.lr, t.lr_decay_step, t.lr_decay_gamma) == (lr, step, gamma)
     assert (m.freeze_trunk_bn, m.freeze_trunk_bn_affine) == (bn_frozen, bn_frozen)
-    assert traditional_param_lr("mfcwms", True, t.lr) == mean_field_lr
+    assert traditional_param_lr(LOSSES.get("mfcwms"), t.lr) == mean_field_lr
     # They are the paper configuration of that dataset: no deviation is recorded for them.
     assert deviations(config, paper) == []
     # The paper text's single lr (1e-4) on SOP is a recorded deviation from the authors' 6e-4.
@@ -212,7 +213,7 @@ def test_batchnorm_affine_trains_from_the_epoch_the_warmup_ends(monkeypatch: pyt
     """The authors' warm-up block thaws every non-embedding parameter at epoch ``warm`` (0-based),
     BatchNorm γ/β included although ``bn_freeze`` froze them: with one warm-up epoch they are frozen
     in epoch 1 and train (receive gradients) from epoch 2; without a warm-up they never train."""
-    import benchmark.protocol.train as train_module
+    import benchmark.engine.train as train_module
 
     seen: dict[int, tuple[bool, bool, bool]] = {}  # epoch -> (γ/β require grad, got grad, conv requires grad)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.config import RunConfig
 from benchmark.models.features import Samples
 from benchmark.protocol.mlrc_run import MLRCRun

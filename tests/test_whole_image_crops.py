@@ -15,14 +15,14 @@ import pytest
 import torch
 from PIL import Image
 
-import benchmark.protocol.train as train_module
+import benchmark.engine.train as train_module
 from benchmark.config import load_protocol_file, resolve_config
 from benchmark.data.augment import PAPER_AUGMENT, eval_batch, train_batch_from_whole
 from benchmark.data.standard import LazyImageDataset
 from benchmark.errors import DataError
+from benchmark.protocol.registry import budget_overrides
 from benchmark.protocol.request import dataset_paper_settings
 from benchmark.protocol.run_data import AUGMENTS, load_run_dataset
-from benchmark.protocol.specs import budget_overrides
 
 
 def make_marker_cub(root: Path, n_classes: int = 8, per_class: int = 4) -> Path:

@@ -14,7 +14,7 @@ import pytest
 
 GRANDCHILD = """
 import time
-from benchmark.protocol.parallel import die_with_parent
+from benchmark.engine.parallel import die_with_parent
 print("armed" if die_with_parent() else "unarmed", flush=True)
 time.sleep(600)
 """

@@ -12,9 +12,9 @@ from benchmark.data import DATASETS
 from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
-from benchmark.models.specs import TRUNKS
+from benchmark.models.registry import TRUNKS
 from benchmark.plugins import source_of
-from benchmark.protocol.specs import protocol_specs
+from benchmark.protocol.registry import protocol_specs
 from benchmark.search.options import SAMPLERS
 
 # Every registry imported here is a declaration that needs no torch, faiss or Optuna: `dmlbench list`
@@ -67,7 +67,7 @@ def _protocols() -> list[str]:
         except ConfigError as exc:  # changed or removed since the scan
             out.append(f"{name:12s} BROKEN: {exc}")
             continue
-        path = config.PROTOCOLS_DIR / f"{name}.toml"
+        path = config.protocol_path(name)
         out.append(f"{name:12s} {data['protocol'].get('description', '')}  ({path})")
     return out
 

@@ -15,7 +15,19 @@ from benchmark.search.options import DEFAULT_HEARTBEAT_S
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="run a protocol for one loss", description=__doc__)
-    p.add_argument("--protocol", default="mlrc", help="protocol file in protocols/ (default: mlrc)")
+    p.add_argument(
+        "--protocol",
+        default=None,
+        help="protocol file name in protocols/ or on $DMLBENCH_PROTOCOL_PATH (default: mlrc)",
+    )
+    p.add_argument(
+        "--protocol-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a protocol file of your own, by path; its name (the file name) must be a new one "
+        "(replaces --protocol)",
+    )
     p.add_argument(
         "--loss",
         required=True,
@@ -129,9 +141,12 @@ def run_one(args: argparse.Namespace, seed: int) -> None:
         raw = str(args.trunk_weights)
         is_name = raw.startswith(BUILTIN_PREFIX)
         overrides["model.trunk_weights"] = raw if is_name else str(args.trunk_weights.expanduser().resolve())
+    if args.protocol is not None and args.protocol_file is not None:
+        raise DmlbenchError("Give either --protocol or --protocol-file, not both.")
     result = api.run(
         args.loss,
-        protocol=args.protocol,
+        protocol="mlrc" if args.protocol is None else args.protocol,
+        protocol_file=args.protocol_file,
         dataset=args.dataset,
         data_dir=args.data_dir,
         budget=args.budget,

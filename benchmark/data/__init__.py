@@ -1,6 +1,6 @@
 """Datasets, class-disjoint splits, batch sampling and batched augmentation.
 
-Importing this package registers every dataset (:mod:`benchmark.data.specs`) without importing
+Importing this package registers every dataset (:mod:`benchmark.data.registry`) without importing
 torch; the dataset classes and loaders below are imported on first access.
 """
 
@@ -9,16 +9,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from benchmark.data.specs import DATASETS, DatasetOptions, DatasetSpec
+from benchmark.data.registry import DATASETS, DatasetOptions, DatasetSpec, load_dataset
 
 if TYPE_CHECKING:
-    from benchmark.data.base import ImageDataset, load_dataset
+    from benchmark.data.base import ImageDataset
     from benchmark.data.standard import LazyImageDataset, load_partitions
 
 # Names re-exported here whose modules import torch: loaded when first used (PEP 562).
 _LAZY = {
     "ImageDataset": "benchmark.data.base",
-    "load_dataset": "benchmark.data.base",
     "LazyImageDataset": "benchmark.data.standard",
     "load_partitions": "benchmark.data.standard",
 }

@@ -1,4 +1,4 @@
-"""In-memory image datasets, their load options and the dataset registry."""
+"""In-memory image datasets and their checks (the dataset registry is :mod:`benchmark.data.registry`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmark.data.specs import DATASETS, DatasetOptions, DatasetSpec
-from benchmark.errors import ConfigError, DataError
+from benchmark.errors import DataError
 from benchmark.io import atomic_write
 
-# The registry and its spec types live in benchmark.data.specs (importable without torch).
-__all__ = ["DATASETS", "DatasetOptions", "DatasetSpec", "ImageDataset", "load_dataset", "validate_dataset"]
-
-# Below this side length characters and natural images alike stop carrying usable detail.
-MIN_IMAGE_SIZE = 8
+# The registry, its spec types and load_dataset live in benchmark.data.registry (torch-free), which
+# imports this module only where it loads a dataset: this one does not import the registry.
+__all__ = ["ImageDataset", "validate_dataset"]
 
 
 # eq=False: the generated __eq__/__hash__ would compare arrays element-wise and fail; a dataset's
@@ -83,21 +80,6 @@ class ImageDataset:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
-
-
-def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
-    """Load the registered dataset ``name`` and check that it has the promised shape and types."""
-    spec = DATASETS.get(name)
-    if options.image_size < MIN_IMAGE_SIZE:
-        raise ConfigError(f"image_size must be at least {MIN_IMAGE_SIZE} px, got {options.image_size}.")
-    if spec.requires_data_dir and options.data_dir is None:
-        raise DataError(
-            f"Dataset {name!r} reads files from disk: pass its folder with --data-dir PATH "
-            "(or --set data.data_dir=PATH)."
-        )
-    dataset = spec.load(options)
-    validate_dataset(dataset, options.image_size)
-    return dataset
 
 
 def validate_dataset(dataset: ImageDataset, image_size: int) -> None:

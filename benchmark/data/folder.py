@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from benchmark.data.base import DatasetOptions, ImageDataset
+from benchmark.data.base import ImageDataset
 from benchmark.data.layouts import FOLDER_EXTENSIONS as _EXTENSIONS
 from benchmark.data.layouts import check_folder_dir
+from benchmark.data.registry import DatasetOptions
 from benchmark.errors import DataError
 
 

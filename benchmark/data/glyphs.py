@@ -20,12 +20,12 @@ import torch
 from PIL import Image, ImageDraw, ImageFont, features
 
 from benchmark.data.base import (
-    DatasetOptions,
     ImageDataset,
     load_npz,
     save_npz_atomically,
 )
 from benchmark.data.fonts import DEJAVU_FACES, STIX_FACES
+from benchmark.data.registry import DatasetOptions
 from benchmark.errors import DataError
 
 # Regular, bold, italic/oblique and bold-italic of four families: 16 faces.

@@ -143,7 +143,7 @@ TINYIMAGENET_LAYOUT = Layout(
     "Get http://cs231n.stanford.edu/tiny-imagenet-200.zip and extract it into the data directory.",
 )
 
-#: Dataset name -> layout, for every standard dataset (benchmark.data.specs registers their checks).
+#: Dataset name -> layout, for every standard dataset (benchmark.data.registry registers their checks).
 STANDARD_LAYOUTS: dict[str, Layout] = {
     layout.name: layout
     for layout in (

@@ -22,13 +22,13 @@ import torch
 from PIL import Image
 
 from benchmark.data.base import (
-    DatasetOptions,
     ImageDataset,
     load_npz,
     save_npz_atomically,
 )
 from benchmark.data.layouts import OMNIGLOT_EXPECTED, check_omniglot_dir, omniglot_sources
 from benchmark.data.layouts import zip_members as _zip_members
+from benchmark.data.registry import DatasetOptions
 from benchmark.errors import DataError
 
 _NAME = re.compile(r"(?:^|/)(\d+)_(\d+)\.png$")

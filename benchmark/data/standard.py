@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from benchmark.data.augment import AugmentSpec, train_batch_from_whole
-from benchmark.data.base import DatasetOptions, ImageDataset, rows_of_classes
+from benchmark.data.base import ImageDataset, rows_of_classes
 from benchmark.data.layouts import (  # torch-free: dmlbench run checks a layout before importing torch
     CARS_LAYOUT,
     CIFAR100_LAYOUT,
@@ -47,7 +47,8 @@ from benchmark.data.layouts import (  # torch-free: dmlbench run checks a layout
     find_root,
 )
 from benchmark.data.layouts import Layout as _Layout
-from benchmark.data.specs import register_standard_datasets as register_standard_datasets  # moved there
+from benchmark.data.registry import DatasetOptions
+from benchmark.data.registry import register_standard_datasets as register_standard_datasets  # moved there
 from benchmark.errors import DataError
 
 # MLRC evaluation resizes the shorter side to 256 and centre-crops 227 (docs/protocols.md §2.2); at any other
@@ -746,7 +747,7 @@ def load_tinyimagenet(options: DatasetOptions) -> LazyImageDataset:
     return _as_lazy(_tinyimagenet(options))
 
 
-# Names, descriptions and registration: benchmark.data.specs (importable without torch).
+# Names, descriptions and registration: benchmark.data.registry (importable without torch).
 _LOADERS: dict[str, Callable[[DatasetOptions], _Loaded]] = {
     "cub200": _cub,
     "cars196": _cars,

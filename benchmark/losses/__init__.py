@@ -18,7 +18,7 @@ from benchmark.losses import cam  # noqa: F401
 from benchmark.losses import mpa  # noqa: F401
 
 # isort: on
-from benchmark.losses.base import (
+from benchmark.losses.registry import (
     DEFAULT_PARAM_LR,
     LOSSES,
     PARAM_LR,

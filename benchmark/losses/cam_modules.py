@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.losses import functional as LF
-from benchmark.losses.base import LossContext, check_positive
+from benchmark.losses.registry import LossContext, check_positive
 
 __all__ = ["ClassAnchorMarginLoss", "cam", "init_class_anchors"]
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmark.losses import functional as LF
-from benchmark.losses.base import LossContext, check_positive
+from benchmark.losses.registry import LossContext, check_positive
 
 __all__ = [
     "ClassWiseMultiSimilarityLoss",

@@ -19,7 +19,7 @@ Choices where the paper is ambiguous:
 from __future__ import annotations
 
 from benchmark.lazy import lazy_callable
-from benchmark.losses.base import (
+from benchmark.losses.registry import (
     DEFAULT_PARAM_LR,
     PARAM_LR,
     PARAM_LR_SEARCH,

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmark.losses import functional as LF
-from benchmark.losses.base import LossContext, check_integer, check_positive
+from benchmark.losses.registry import LossContext, check_integer, check_positive
 
 __all__ = ["MultiProxyAnchorLoss", "mpa", "mpa_ap", "mpa_dw"]
 

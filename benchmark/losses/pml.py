@@ -1,6 +1,6 @@
 """Baseline losses from pytorch-metric-learning (PML), with MLRC's Cars196 search ranges
 (docs/protocols.md §3; the CUB and SOP ranges that differ are those datasets' paper settings,
-benchmark.data.specs).
+benchmark.data.registry).
 
 Each factory builds the PML class with the hyperparameters named as in docs/protocols.md §3; where it gives no
 default the PML constructor default is used. All of these are cosine-space losses: PML's default
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from benchmark.lazy import lazy_callable
-from benchmark.losses.base import (
+from benchmark.losses.registry import (
     DEFAULT_PARAM_LR,
     PARAM_LR,
     PARAM_LR_SEARCH,

@@ -14,8 +14,8 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
-from benchmark.losses.base import LossContext, check_integer, check_positive
 from benchmark.losses.functional import multi_proxy_regulariser
+from benchmark.losses.registry import LossContext, check_integer, check_positive
 
 __all__ = [
     "BlockSparseCentersRegularizer",

@@ -8,6 +8,7 @@ from functools import partial
 
 import numpy as np
 
+from benchmark.errors import ConfigError
 from benchmark.metrics import retrieval
 from benchmark.metrics.clustering import nmi
 from benchmark.metrics.full_ranking import full_ranking_average_precision
@@ -52,7 +53,22 @@ class MetricSpec:
     description: str = ""
 
 
-METRICS: Registry[MetricSpec] = Registry("metric")
+def adopt_metric(obj: object, shown: str) -> MetricSpec:
+    """What a metric plugin names, checked: a :class:`MetricSpec` (else a ConfigError)."""
+    if not isinstance(obj, MetricSpec):
+        raise ConfigError(
+            f"Plugin {shown!r} is a {type(obj).__name__}; a metric plugin must be a MetricSpec."
+        )
+    if not callable(obj.k_needed) or not callable(obj.fn) or not isinstance(obj.higher_is_better, bool):
+        raise ConfigError(
+            f"Plugin {shown!r}: MetricSpec.k_needed and fn must be callable, higher_is_better a bool."
+        )
+    if obj.from_embeddings is not None and not callable(obj.from_embeddings):
+        raise ConfigError(f"Plugin {shown!r}: MetricSpec.from_embeddings must be callable or None.")
+    return obj
+
+
+METRICS: Registry[MetricSpec] = Registry("metric", group="dmlbench.metrics", adopt=adopt_metric)
 MLRC_METRICS: tuple[str, ...] = ("map_at_r", "precision_at_1", "r_precision")
 
 

@@ -1,5 +1,5 @@
 """Trunks and the embedder. Importing this package registers every trunk (without importing torch)."""
 
-from benchmark.models.specs import TRUNKS
+from benchmark.models.registry import TRUNKS
 
 __all__ = ["TRUNKS"]

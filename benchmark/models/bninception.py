@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.errors import ConfigError
-from benchmark.models.specs import TRUNKS
+from benchmark.models.registry import TRUNKS
 from benchmark.models.trunks import pool_feature_map
 
 FEATURE_DIM = 1024
@@ -205,5 +205,5 @@ def build_bninception(in_channels: int) -> tuple[nn.Module, int]:
     return net, net.out_dim
 
 
-# The registered spec (benchmark.models.specs, declared without torch) with the builder itself.
+# The registered spec (benchmark.models.registry, declared without torch) with the builder itself.
 BNINCEPTION_SPEC = dataclasses.replace(TRUNKS.get("bninception"), build=build_bninception)

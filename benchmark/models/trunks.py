@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from benchmark.errors import ConfigError
-from benchmark.models.specs import TIMM_PREFIX, TRUNKS, HFWeights, TrunkSpec, trunk_spec
+from benchmark.models.registry import TIMM_PREFIX, TRUNKS, HFWeights, TrunkSpec, trunk_spec
 
-# The specs live in benchmark.models.specs (importable without torch); re-exported for callers.
+# The specs live in benchmark.models.registry (importable without torch); re-exported for callers.
 __all__ = [
     "TIMM_PREFIX",
     "TRUNKS",
@@ -264,7 +264,7 @@ def timm_spec(name: str, model_name: str) -> TrunkSpec:
     )
 
 
-# The registered trunks' builders (named "module:attr" in benchmark.models.specs).
+# The registered trunks' builders (named "module:attr" in benchmark.models.registry).
 small_cnn = _small_cnn
 torchvision_resnet18 = _torchvision_resnet("resnet18")
 torchvision_resnet50 = _torchvision_resnet("resnet50")

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from benchmark.analysis.provenance import check_resume_code, code_summary
 from benchmark.config import (
     Deviation,
     RunConfig,
@@ -30,6 +31,9 @@ from benchmark.config import (
     deviations,
 )
 from benchmark.data.augment import AugmentSpec
+from benchmark.engine.device import pick_device
+from benchmark.engine.environment import code_identity
+from benchmark.engine.train import StepCallback
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import differing_keys, read_json, write_json_atomic
@@ -38,14 +42,10 @@ from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
-from benchmark.protocol.device import pick_device
-from benchmark.protocol.environment import code_identity
 from benchmark.protocol.progress import Progress, Stopwatch
-from benchmark.protocol.provenance import check_resume_code, code_summary
+from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
-from benchmark.protocol.specs import resolve_run_config
-from benchmark.protocol.train import StepCallback
 from benchmark.search.storage import is_database_url
 
 RECORD_SCHEMA = "dmlbench.run/1"
@@ -221,7 +221,7 @@ class ProtocolRun:
         c, req = self.config, self.request
         return {
             "schema": RECORD_SCHEMA,
-            # The protocol kind (benchmark.records.KINDS): which layout a reader checks the record against.
+            # The protocol kind (a record kind: PROTOCOLS): which layout a reader checks the record against.
             "kind": c.protocol.name,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "protocol": req.protocol,

@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmark.errors import ConfigError
 from benchmark.lazy import lazy_callable
-from benchmark.protocol.specs import ProtocolSpec, register_protocol
+from benchmark.protocol.registry import ProtocolSpec, register_protocol
 
 # Budget overrides (protocols.md §2.5, Class-Anchor-Margin paper): Adam lr 1e-3 from scratch is
 # kept; the small CNN on 28 px replaces ResNet-50 and fewer epochs (always trained to the end,

@@ -16,6 +16,8 @@ from torch import nn
 from benchmark.config import RunConfig
 from benchmark.data.base import ImageDataset
 from benchmark.data.closed_set import closed_set_split
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import build_fold_model, embed_samples, train_with_loss
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.metrics.knn import Space
 from benchmark.metrics.retrieval import nanmean
@@ -33,8 +35,6 @@ from benchmark.metrics.two_stage import (
 )
 from benchmark.protocol.cbir import cbir_cutoffs
 from benchmark.protocol.repeated import RepeatedRun
-from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
 
 def loss_anchors(loss: nn.Module, class_ids: np.ndarray) -> ClassAnchors | None:

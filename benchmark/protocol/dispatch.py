@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import benchmark.native  # noqa: F401  (faiss's and torch's native libraries in a fixed order)
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.specs import file_protocol_spec
+from benchmark.protocol.registry import file_protocol_spec
 
 
 def runner_for(protocol: str) -> type[ProtocolRun]:

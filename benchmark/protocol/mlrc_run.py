@@ -8,6 +8,7 @@ declaration (budgets, settings) is :mod:`benchmark.protocol.mlrc`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,26 +17,26 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmark.analysis.convergence import convergence_summary
 from benchmark.config import RunConfig
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, check_queries_have_positives, mlrc_split
+from benchmark.engine.device import default_jobs
+from benchmark.engine.environment import environment_info
+from benchmark.engine.evaluation import evaluate_folds, interval_dict
+from benchmark.engine.parallel import FoldExecutor, FoldTask, WorkerSetup
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import EpochCallback, StepCallback, build_fold_model, embed_samples
+from benchmark.engine.workers import run_local_workers
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import atomic_write, read_json, write_json_atomic
 from benchmark.metrics.knn import knn_search
 from benchmark.models.features import FeatureDataset, load_or_compute_features
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.convergence import convergence_summary
-from benchmark.protocol.device import default_jobs
-from benchmark.protocol.environment import environment_info
-from benchmark.protocol.evaluation import evaluate_folds, interval_dict
-from benchmark.protocol.parallel import FoldExecutor, FoldTask, WorkerSetup
 from benchmark.protocol.request import RunRequest, validate_common
 from benchmark.protocol.run_data import cache_dir, fold_data, load_fold_data, load_run_dataset
 from benchmark.protocol.search_stage import SearchStage, shared_reps, study_identity, study_name
-from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import EpochCallback, StepCallback, build_fold_model, embed_samples
-from benchmark.protocol.workers import run_local_workers
 from benchmark.search.storage import is_database_url, redact_url
 
 
@@ -131,7 +132,9 @@ class MLRCRun(ProtocolRun):
             progress=self.progress,
             run_folds=self.executor.run,
             step_status=self.step_status,
-            start_workers=lambda on_poll: run_local_workers(req, search_worker, on_poll),
+            start_workers=lambda on_poll: run_local_workers(
+                worker_requests(req), search_worker, worker_jobs(req), on_poll
+            ),
         )
         self.search_stage = stage
         stage.run()
@@ -353,8 +356,22 @@ class MLRCRun(ProtocolRun):
         return record
 
 
+def worker_jobs(request: RunRequest) -> int:
+    """Fold jobs of each ``--workers`` process: ``--jobs``, else 1 (the workers share the cores)."""
+    return request.jobs if request.jobs > 0 else 1
+
+
+def worker_requests(request: RunRequest) -> list[RunRequest]:
+    """The requests of the ``request.workers`` search processes: one worker each, numbered from 1."""
+    jobs = worker_jobs(request)
+    return [
+        dataclasses.replace(request, workers=1, worker_id=k, jobs=jobs, quiet=True)
+        for k in range(1, request.workers + 1)
+    ]
+
+
 def search_worker(request: RunRequest) -> None:
-    """What one ``--workers`` process runs (:mod:`benchmark.protocol.workers`): search trials only."""
+    """What one ``--workers`` process runs (:mod:`benchmark.engine.workers`): search trials only."""
     run = MLRCRun(request)
     run.resolve()
     run.load_data()

@@ -20,17 +20,17 @@ from typing import Any
 
 import torch
 
+from benchmark.analysis.convergence import convergence_summary
 from benchmark.config import RunConfig
+from benchmark.engine.environment import environment_info
+from benchmark.engine.evaluation import interval_dict
+from benchmark.engine.train import iterations_per_epoch
 from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.convergence import convergence_summary
-from benchmark.protocol.environment import environment_info
-from benchmark.protocol.evaluation import interval_dict
 from benchmark.protocol.request import validate_common
 from benchmark.protocol.run_data import cache_dir, load_run_dataset
-from benchmark.protocol.train import iterations_per_epoch
 
 #: Config sections a protocol without search does not read; setting them is an error, not a no-op.
 UNUSED_PREFIXES = ("search.", "space.")

@@ -23,10 +23,10 @@ from benchmark.errors import ConfigError, DataError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
 from benchmark.models.pretrained import is_builtin, weights_record
-from benchmark.models.specs import trunk_spec
+from benchmark.models.registry import trunk_spec
 from benchmark.models.weights_format import check_weights_format
 from benchmark.option_checks import validate_training_options
-from benchmark.protocol.specs import file_protocol_spec, resolve_run_config
+from benchmark.protocol.registry import file_protocol_spec, resolve_run_config
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
 

@@ -16,8 +16,8 @@ from benchmark.data import DatasetOptions, load_dataset
 from benchmark.data.augment import CHARACTER_AUGMENT, IMAGENET_AUGMENT, PAPER_AUGMENT, AugmentSpec
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import MLRCSplit, check_queries_have_positives, mlrc_split
+from benchmark.engine.parallel import FoldData
 from benchmark.models.features import Samples, load_features
-from benchmark.protocol.parallel import FoldData
 from benchmark.protocol.request import AUGMENT_NAMES
 
 # The names are declared (and validated) in benchmark.protocol.request, without torch.

@@ -3,7 +3,7 @@
 The stage knows studies (storages, heartbeats, samplers, the global trial budget) and nothing of
 data, models or processes: it is given callables, ``run_folds`` (train a trial's folds, yielding
 each fold's outcome), ``step_status`` (a progress callback) and ``start_workers`` (``--workers N``:
-run N search processes to completion). So :mod:`benchmark.protocol.workers` and this module need
+run N search processes to completion). So :mod:`benchmark.engine.workers` and this module need
 not know the protocol that uses them.
 
 One process: the journal in the run dir, stale trials recovered at start. ``--workers N``: this
@@ -30,14 +30,14 @@ import optuna
 from optuna.trial import TrialState
 
 from benchmark.config import RunConfig, config_hash
+from benchmark.engine.parallel import FoldOutcome, FoldTask
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import EpochCallback, FoldResult, StepCallback
 from benchmark.errors import DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.losses import SearchDim
-from benchmark.protocol.parallel import FoldOutcome, FoldTask
 from benchmark.protocol.progress import Progress
 from benchmark.protocol.request import RunRequest
-from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback
 from benchmark.search.storage import (
     fail_stale,
     heartbeat,

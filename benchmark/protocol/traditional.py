@@ -11,19 +11,19 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
   Mean-Field authors' code does; the record names the split. No validation classes, no
   cross-validation.
 * **Hyperparameters**: the loss's defaults (no search); ``--set loss.X=...`` fixes others. Loss
-  parameters (proxies, anchors, β) train with AdamW at 100 times ``train.lr``, mean fields (``mf*``
-  losses) at 2000 times (:func:`traditional_param_lr`; the authors' ``--lr-ratio``: 1e-2 and 2e-1
-  at the paper's lr 1e-4, mean fields 1.2 at SOP's and InShop's 6e-4), unless ``loss.param_lr``
-  is set.
+  parameters (proxies, anchors, β) train with AdamW at the multiple of ``train.lr`` the loss
+  declares (``LossSpec.param_lr_ratio``, :func:`traditional_param_lr`; the authors' ``--lr-ratio``:
+  100 for proxies, 2000 for mean fields, i.e. 1e-2 and 2e-1 at the paper's lr 1e-4, mean fields
+  1.2 at SOP's and InShop's 6e-4), unless ``loss.param_lr`` is set.
 * **Per-dataset settings** (the authors' README commands; ``PAPER_SETTINGS`` in
-  :mod:`benchmark.data.specs`): Cars196 decays the lr every 20 epochs; SOP and InShop train at lr
+  :mod:`benchmark.data.registry`): Cars196 decays the lr every 20 epochs; SOP and InShop train at lr
   6e-4, decay every 20 epochs by 0.25 and leave BatchNorm training (``--bn-freeze 0``); InShop
   trains on its official train items and retrieves its query images among its gallery images.
 * **Training**: AdamW (``train.lr``, ``train.weight_decay``) for trunk and embedder; an epoch is
   one pass over the training images (``train.iters_per_epoch = 0``: as many full batches as
   fit in the training set); class-based losses draw plain random batches that cover every image
   once per pass, pair-based ones draw that many batches of m = 4 images per class. The loop is
-  the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.protocol.training_options`):
+  the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.engine.training_options`):
   a warm-up epoch training only the embedder and loss parameters, lr halved every 10 epochs,
   gradients clipped by value at 10, BatchNorm statistics frozen and its γ/β frozen until the
   warm-up ends (the authors' warm-up thaws them with the rest of the trunk), avg+max pooling,
@@ -40,12 +40,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.budgets import CPU_COMMON
 from benchmark.errors import DataError
 from benchmark.lazy import lazy_callable
-from benchmark.protocol.specs import ProtocolSpec, register_protocol
+from benchmark.protocol.registry import ProtocolSpec, register_protocol
+
+if TYPE_CHECKING:
+    from benchmark.losses.registry import LossSpec
 
 # Budget overrides (protocols.md §2.5): the paper's AdamW lr 1e-4 is already the from-scratch rate of
 # budgets.CPU_COMMON, batch 128 and 512-d stay; epochs are dataset passes (train.iters_per_epoch = 0),
@@ -84,16 +87,6 @@ PROTOCOL = register_protocol(
 )
 
 
-#: AdamW learning rate of the loss's own parameters as a multiple of ``train.lr`` (docs/protocols.md
-#: §2.5): the authors' code sets it as ``--lr * --lr-ratio``. The paper's 1e-2 (proxies) and 2e-1
-#: (mean fields) at lr 1e-4 are ratios 100 and 2000; their SOP/InShop commands keep --lr-ratio 2000
-#: at --lr 6e-4 (mean fields 1.2). The proxy ratio there is not in their README; 100 is kept.
-PROXY_PARAM_LR_RATIO = 100
-MEAN_FIELD_PARAM_LR_RATIO = 2000
-#: Losses whose parameters are mean fields (docs/protocols.md §3).
-MEAN_FIELD_LOSSES = frozenset({"mfcont", "mfcwms", "mfnca"})
-
-
 @dataclass(frozen=True)
 class HalfSplit:
     """Sorted class ids of the training half and of the test half."""
@@ -121,12 +114,12 @@ def half_split(classes: Sequence[int], train_classes: int = 0) -> HalfSplit:
     return HalfSplit(tuple(ids[:cut]), tuple(ids[cut:]))
 
 
-def traditional_param_lr(loss_name: str, has_parameters: bool, lr: float) -> float | None:
-    """The AdamW lr of a loss's own parameters in this protocol at model lr ``lr``: ``lr`` times
-    the ratio of its kind (mean fields 2000, other parameters 100); None for a loss without any."""
-    if not has_parameters:
+def traditional_param_lr(loss: LossSpec, lr: float) -> float | None:
+    """The AdamW lr of a loss's own parameters in this protocol at model lr ``lr``: ``lr`` times the
+    ratio the loss declares (:attr:`~benchmark.losses.registry.LossSpec.param_lr_ratio`: mean fields
+    2000, other parameters 100); None for a loss without any."""
+    if not loss.has_parameters:
         return None
-    ratio = MEAN_FIELD_PARAM_LR_RATIO if loss_name in MEAN_FIELD_LOSSES else PROXY_PARAM_LR_RATIO
     # 12 significant digits: 6e-4 * 100 is 0.06000000000000001 in binary floating point, and the
     # value is written into records and run identities.
-    return float(f"{lr * ratio:.12g}")
+    return float(f"{lr * loss.param_lr_ratio:.12g}")

@@ -15,14 +15,14 @@ from torch import nn
 from benchmark.data import DatasetOptions
 from benchmark.data.base import ImageDataset
 from benchmark.data.standard import PARTITIONS, LazyImageDataset, load_partitions
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import build_fold_model, embed_samples, train_with_loss
 from benchmark.errors import ConfigError, DataError, TrainingDiverged
 from benchmark.metrics import evaluate, evaluate_query_gallery
 from benchmark.metrics.knn import knn_search
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.run_data import cache_dir
-from benchmark.protocol.seeds import derive_seed
 from benchmark.protocol.traditional import half_split, traditional_param_lr
-from benchmark.protocol.train import build_fold_model, embed_samples, train_with_loss
 
 #: The official partitions that make a dataset's test a query -> gallery retrieval (In-Shop).
 QUERY_GALLERY = ("train", "query", "gallery")
@@ -46,7 +46,7 @@ class TraditionalRun(RepeatedRun):
 
     def loss_params(self) -> dict[str, float]:
         params = super().loss_params()
-        lr = traditional_param_lr(self.loss_spec.name, self.loss_spec.has_parameters, self.config.train.lr)
+        lr = traditional_param_lr(self.loss_spec, self.config.train.lr)
         if lr is not None and "param_lr" not in self.fixed_params:
             params["param_lr"] = lr
         return params

@@ -16,9 +16,9 @@ from typing import TextIO
 import numpy as np
 import torch
 
+from benchmark.engine.environment import environment_info
 from benchmark.errors import DmlbenchError
 from benchmark.io import differing_keys
-from benchmark.protocol.environment import environment_info
 from benchmark.regress.baselines import (
     CaseBaseline,
     build_case_baseline,

@@ -18,14 +18,14 @@ from benchmark.budgets import BUDGETS
 from benchmark.config import NEUTRAL_DEFAULTS, RunConfig, config_to_dict, load_protocol_file
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import mlrc_split
+from benchmark.engine.parallel import FoldData
+from benchmark.engine.seeds import derive_seed
+from benchmark.engine.train import embed, train_fold
 from benchmark.errors import DataError, DmlbenchError, TrainingDiverged
 from benchmark.losses import LOSSES
 from benchmark.metrics import evaluate
-from benchmark.protocol.parallel import FoldData
+from benchmark.protocol.registry import protocol_only_keys, resolve_run_config
 from benchmark.protocol.run_data import AUGMENTS, fold_data, load_run_dataset
-from benchmark.protocol.seeds import derive_seed
-from benchmark.protocol.specs import protocol_only_keys, resolve_run_config
-from benchmark.protocol.train import embed, train_fold
 from benchmark.regress.cases import Case, Settings
 
 # The metrics a case produces, in display order.

@@ -4,7 +4,7 @@ epochs the folds ran (median best epoch, total epochs), their median wall time a
 training time, with the CPU kind and commit that produced the numbers (docs/protocols.md §2.6).
 
 It reads the chosen record per loss, as the leaderboard rows do; the shares are the leaderboard
-footer's (:func:`benchmark.protocol.convergence.convergence_summary`).
+footer's (:func:`benchmark.analysis.convergence.convergence_summary`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from benchmark.analysis.convergence import stage_fold_stats
 from benchmark.errors import ConfigError
-from benchmark.protocol.convergence import stage_fold_stats
 from benchmark.records import RunRecord
 from benchmark.report.leaderboard import Leaderboard, format_share
 

@@ -22,7 +22,7 @@ record (``test.modes`` with ``test.mode_labels``); their tables have one column 
 cell of a mode a loss lacks (e.g. cbir's two-stage for a pair-based loss) is shown as ``–``, and
 the footer adds the records' notes (e.g. selection on test) and further per-rep summaries.
 
-Convergence (docs/protocols.md §2.6; :mod:`benchmark.protocol.convergence`): the footer gives, per loss, the
+Convergence (docs/protocols.md §2.6; :mod:`benchmark.analysis.convergence`): the footer gives, per loss, the
 share of fold trainings that stopped by patience in the test and the search stage; a loss whose
 run is "not converged" (fewer than 90% of its test-stage folds stopped by patience) carries that
 mark next to its name in the table, and the CSV/JSON carry the counts and the verdict. The
@@ -40,15 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmark import records as record_schema
+from benchmark.analysis.convergence import EXEMPT_BUDGETS, RULE
+from benchmark.analysis.provenance import short_code
 from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS, MLRC_METRICS
-from benchmark.protocol.convergence import EXEMPT_BUDGETS, RULE
-from benchmark.protocol.provenance import short_code
 from benchmark.records import (
     MLRC_MODES,
     Interval,
-    PluginSource,
     RunRecord,
     as_record,
     latest_per_loss,
@@ -56,6 +55,7 @@ from benchmark.records import (
     parse_plugins,
     replicates_per_loss,
 )
+from benchmark.registry import PluginSource
 from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, Estimate, row_estimates
 from benchmark.stats.tiers import Tiers, column_tiers
 
@@ -217,7 +217,7 @@ class Row:
     reps: int
     cells: dict[tuple[str, str], tuple[float, float]]  # (mode, metric) -> (mean, half_width)
     commit: str
-    #: :func:`~benchmark.protocol.convergence.convergence_summary` of the loss's record (the
+    #: :func:`~benchmark.analysis.convergence.convergence_summary` of the loss's record (the
     #: least converged seed's); None for the untrained row.
     convergence: Mapping[str, Any] | None = None
     estimates: Mapping[tuple[str, str], Estimate] = field(default_factory=dict)

@@ -35,10 +35,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from benchmark.analysis.convergence import stage_fold_stats
 from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.protocol.convergence import stage_fold_stats
 from benchmark.records import RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
 from benchmark.report.figure_files import save_figures
 from benchmark.report.leaderboard import (

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.analysis.convergence import RULE
 from benchmark.errors import UnknownNameError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.protocol.convergence import RULE
 from benchmark.records import RunRecord, latest_per_loss
 from benchmark.report.leaderboard import (
     EXEMPT_NOTE,

@@ -29,10 +29,10 @@ import torch
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
+from benchmark.engine.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 from benchmark.errors import TrainingDiverged
 from benchmark.metrics.knn import set_search_threads, use_gpu_search
 from benchmark.models.features import Samples
-from benchmark.protocol.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 
 
 @dataclass(frozen=True)

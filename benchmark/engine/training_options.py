@@ -16,7 +16,7 @@ Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unch
 * ``train.clip_grad_value``: each trunk/embedder gradient clipped to ±value before the step
   (``clip_grad_value_(model.parameters(), 10)``; their loss parameters are not clipped).
 
-:mod:`benchmark.protocol.train` calls :func:`configure_model` when it builds a model and a
+:mod:`benchmark.engine.train` calls :func:`configure_model` when it builds a model and a
 :class:`LoopControl` at the start of each epoch, after each backward pass and after each epoch.
 """
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.data.layouts import STANDARD_LAYOUTS, check_folder_dir, check_omniglot_dir, layout_check
+from benchmark.errors import ConfigError, DataError
 from benchmark.lazy import lazy_callable
 from benchmark.registry import Registry
 
@@ -54,7 +55,39 @@ class DatasetSpec:
         return self.protocol_settings.get(protocol, {})
 
 
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
+# Below this side length characters and natural images alike stop carrying usable detail.
+MIN_IMAGE_SIZE = 8
+
+
+def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
+    """Load the registered dataset ``name`` and check that it has the promised shape and types."""
+    spec = DATASETS.get(name)
+    if options.image_size < MIN_IMAGE_SIZE:
+        raise ConfigError(f"image_size must be at least {MIN_IMAGE_SIZE} px, got {options.image_size}.")
+    if spec.requires_data_dir and options.data_dir is None:
+        raise DataError(
+            f"Dataset {name!r} reads files from disk: pass its folder with --data-dir PATH "
+            "(or --set data.data_dir=PATH)."
+        )
+    dataset = spec.load(options)
+    from benchmark.data.base import validate_dataset  # torch: only once a dataset is loaded
+
+    validate_dataset(dataset, options.image_size)
+    return dataset
+
+
+def adopt_dataset(obj: object, shown: str) -> DatasetSpec:
+    """What a dataset plugin names, checked: a :class:`DatasetSpec` (else a ConfigError)."""
+    if not isinstance(obj, DatasetSpec):
+        raise ConfigError(
+            f"Plugin {shown!r} is a {type(obj).__name__}; a dataset plugin must be a DatasetSpec."
+        )
+    if not callable(obj.load) or not isinstance(obj.requires_data_dir, bool):
+        raise ConfigError(f"Plugin {shown!r}: DatasetSpec.load must be callable, requires_data_dir a bool.")
+    return obj
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset", group="dmlbench.datasets", adopt=adopt_dataset)
 
 
 def _register(

@@ -2,19 +2,19 @@
 
 A protocol is a TOML file (``protocols/<name>.toml``, its paper numbers) whose ``[protocol] name``
 is its *kind*, and one module that declares the kind: ``benchmark/protocol/<kind>.py`` for the
-built-in ones (``mlrc``, ``traditional``, ``cbir``), or an installed distribution's entry point in
-the group ``dmlbench.protocols`` naming a :class:`ProtocolSpec`. The declaration holds what the
-torch-free layers need (budget overrides, the settings only this protocol reads, for ``dmlbench
-list``, ``--help`` and config validation) and names its run code lazily
+built-in ones (``mlrc``, ``traditional``, ``cbir``, declared here as ``"module:attr"``
+placeholders), or an installed distribution's entry point in the group ``dmlbench.protocols``
+naming a :class:`ProtocolSpec` (both resolved on first use by
+:class:`benchmark.registry.Registry`). The declaration holds what the torch-free layers need
+(budget overrides, the settings only this protocol reads, for ``dmlbench list``, ``--help`` and
+config validation) and names its run code lazily
 (:func:`benchmark.lazy.lazy_callable`), as the loss registry does. Neither ``budgets.py`` nor
 ``config.py`` names any protocol: adding one touches its TOML file and its module only.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from benchmark.config import (
     DatasetSettings,
     RunConfig,
+    build_section,
     config_to_dict,
     flatten,
     load_protocol_file,
@@ -32,10 +33,13 @@ from benchmark.config import (
 )
 from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.lazy import LazyCallable
+from benchmark.records import RecordKind, register_record_kind
 from benchmark.registry import Registry
 
 #: Entry-point group of protocols declared by installed distributions (the name is the kind).
 ENTRY_POINT_GROUP = "dmlbench.protocols"
+#: The built-in protocol kinds, each ``PROTOCOL`` of its declaration module.
+BUILTIN_KINDS = ("mlrc", "traditional", "cbir")
 
 
 @dataclass(frozen=True)
@@ -53,30 +57,62 @@ class ProtocolSpec:
     budget_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Dotted config keys only this protocol reads: set for another protocol they are an error.
     only_keys: tuple[str, ...] = ()
+    #: The protocol's own settings: a frozen dataclass whose fields (with defaults) are the keys of
+    #: the ``[settings]`` table of its files and ``--set settings.KEY=V`` (None: it has none). Checked
+    #: strictly when the config is resolved, before torch is imported; the run reads them with
+    #: :meth:`settings_of`.
+    settings: type | None = None
+    #: The record kind this protocol writes is its name; these are the (mode, label) column groups
+    #: its records may leave out of ``test.modes`` (None: every record names its modes).
+    record_modes: tuple[tuple[str, str], ...] | None = None
 
     def overrides_for(self, budget: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
         """The overrides budget ``budget`` applies to this protocol (``default``: the budget's own)."""
         return self.budget_overrides.get(budget, default)
+
+    def settings_of(self, config: RunConfig) -> Any:
+        """The protocol's settings in ``config`` as its ``settings`` dataclass (None: it has none).
+
+        An unknown key or a wrong type is a ConfigError naming ``settings.KEY``; settings given to
+        a protocol that declares none are an error naming them.
+        """
+        if self.settings is None:
+            if config.settings:
+                raise ConfigError(
+                    f"Protocol {self.name!r} has no settings of its own, but the config sets "
+                    f"{', '.join('settings.' + k for k in sorted(config.settings))}."
+                )
+            return None
+        return build_section(self.settings, config.settings, "settings")
 
     def runner_class(self) -> Any:
         """The run class (its module imported now: torch and the rest of the run code)."""
         return self.runner.resolve() if isinstance(self.runner, LazyCallable) else self.runner
 
 
-PROTOCOLS: Registry[ProtocolSpec] = Registry("protocol kind")
+def adopt_protocol(obj: object, shown: str) -> ProtocolSpec:
+    """What a protocol plugin names, checked: a :class:`ProtocolSpec` (else a ConfigError)."""
+    if not isinstance(obj, ProtocolSpec):
+        raise ConfigError(
+            f"Protocol plugin {shown} ({ENTRY_POINT_GROUP}) must name a ProtocolSpec, got {obj!r}."
+        )
+    return obj
+
+
+PROTOCOLS: Registry[ProtocolSpec] = Registry("protocol kind", group=ENTRY_POINT_GROUP, adopt=adopt_protocol)
+for _kind in BUILTIN_KINDS:
+    PROTOCOLS.register_lazy(_kind, f"benchmark.protocol.{_kind}:PROTOCOL")
 
 
 def register_protocol(spec: ProtocolSpec) -> ProtocolSpec:
-    """Add a protocol kind (a declaration module calls this when it is imported)."""
+    """Add a protocol kind, and the kind of the records it writes (a declaration module calls this
+    when it is imported)."""
+    register_record_kind(RecordKind(spec.name, spec.record_modes))
     return PROTOCOLS.register(spec.name, spec)
 
 
 def protocol_spec(kind: str) -> ProtocolSpec:
     """The declaration of protocol kind ``kind``, imported on first use (an unknown kind names the known)."""
-    if kind not in PROTOCOLS.names():
-        _discover(kind)
-        if kind not in PROTOCOLS.names():
-            _discover_others(kind)  # so that the error lists every known kind
     return PROTOCOLS.get(kind)
 
 
@@ -142,45 +178,23 @@ def resolve_run_config(
     user_overrides: Mapping[str, Any],
     dataset_settings: DatasetSettings | None = None,
 ) -> tuple[RunConfig, RunConfig]:
-    """:func:`benchmark.config.resolve_config` with the protocols' own-key check (see above)."""
-    return resolve_config(
+    """:func:`benchmark.config.resolve_config` with the protocols' own-key check (see above), and
+    the protocol's own settings validated against its declaration, their defaults filled in (so
+    that the record names every one of them and a changed one is a deviation)."""
+    resolved, paper = resolve_config(
         protocol_data, budget_overrides, user_overrides, dataset_settings, check_protocol_only_keys
     )
+    spec = protocol_spec(resolved.protocol.name)
+    return _with_settings(resolved, spec), _with_settings(paper, spec)
 
 
-def _discover_others(missing: str) -> None:
-    """Import the declarations of the protocol files' kinds other than ``missing`` (for an error)."""
-    names, _ = scan_protocols()
-    for name in names:
-        try:
-            kind = protocol_kind(load_protocol_file(name))
-            if kind != missing and kind not in PROTOCOLS.names():
-                _discover(kind)
-        except ConfigError:
-            continue  # its own error is reported when it is used
+def _with_settings(config: RunConfig, spec: ProtocolSpec) -> RunConfig:
+    settings = spec.settings_of(config)
+    if settings is None:
+        return config
+    return dataclasses.replace(config, settings=_settings_table(settings))
 
 
-def _discover(kind: str) -> None:
-    """Import the declaration of ``kind``: the built-in module, else an installed entry point."""
-    module = f"{__package__}.{kind}"
-    if kind.isidentifier() and importlib.util.find_spec(module) is not None:
-        importlib.import_module(module)  # registers itself
-        if kind in PROTOCOLS.names():
-            return
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name != kind:
-            continue
-        try:
-            spec = ep.load()
-        except Exception as exc:  # a plugin's import error is the user's to fix, not a traceback
-            raise ConfigError(
-                f"Protocol plugin {ep.value!r} ({ENTRY_POINT_GROUP}) failed to import: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(spec, ProtocolSpec) or spec.name != kind:
-            raise ConfigError(
-                f"Protocol plugin {ep.value!r} ({ENTRY_POINT_GROUP}) must name a ProtocolSpec with "
-                f"name {kind!r}, got {spec!r}."
-            )
-        register_protocol(spec)
-        return
+def _settings_table(settings: Any) -> dict[str, Any]:
+    # As the table stands in a config dict (JSON-friendly: tuples become lists).
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}

@@ -11,23 +11,21 @@ with ``cores // N`` torch threads (at least 1), so N workers use about the machi
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
+from benchmark.engine.parallel import watch_parent
 from benchmark.errors import DmlbenchError
 from benchmark.metrics.knn import set_search_threads
-from benchmark.protocol.parallel import watch_parent
-from benchmark.protocol.request import RunRequest
 
-#: What a worker process runs with its request (e.g. :func:`benchmark.protocol.mlrc_run.search_worker`).
-#: A module-level function: spawned processes receive it pickled by name.
-WorkerEntry = Callable[[RunRequest], None]
+#: What one worker process is given (a protocol's run request, e.g.); pickled to the process.
+Payload = TypeVar("Payload")
 
 
 def worker_threads(workers: int, cores: int | None = None) -> int:
@@ -37,34 +35,42 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
 
 
 def worker_main(
-    entry: WorkerEntry, request: RunRequest, threads: int, parent_pid: int, main_thread: bool = False
+    entry: Callable[[Payload], None],
+    payload: Payload,
+    threads: int,
+    parent_pid: int,
+    main_thread: bool = False,
 ) -> None:
-    """Entry point of one worker process: ``entry(request)`` (search trials until the budget is taken)."""
+    """Entry point of one worker process: ``entry(payload)`` (search trials until the budget is taken)."""
     watch_parent(parent_pid, main_thread)
     torch.set_num_threads(threads)
     set_search_threads(threads)
-    entry(request)
+    entry(payload)
 
 
 def run_local_workers(
-    request: RunRequest, entry: WorkerEntry, on_poll: Callable[[], None], poll_s: float = 2.0
+    payloads: Sequence[Payload],
+    entry: Callable[[Payload], None],
+    jobs: int,
+    on_poll: Callable[[], None],
+    poll_s: float = 2.0,
 ) -> None:
-    """Run ``request.workers`` processes of ``entry`` to completion, calling ``on_poll`` while waiting.
+    """Run one process of ``entry`` per payload to completion, calling ``on_poll`` while waiting.
 
-    A worker that exits abnormally stops all others (their trials would otherwise wait for the
-    dead worker's RUNNING trial, which only the next start of the run can recover).
+    ``entry`` is a module-level function (spawned processes receive it pickled by name), e.g.
+    :func:`benchmark.protocol.mlrc_run.search_worker`; ``jobs`` is each worker's fold jobs (1: it
+    gets ``cores // workers`` torch threads, else 1). A worker that exits abnormally stops all
+    others (their trials would otherwise wait for the dead worker's RUNNING trial, which only the
+    next start of the run can recover).
     """
-    n = request.workers
-    jobs = request.jobs if request.jobs > 0 else 1
-    threads = worker_threads(n) if jobs == 1 else 1
+    threads = worker_threads(len(payloads)) if jobs == 1 else 1
     ctx = mp.get_context("spawn")
     main_thread = threading.current_thread() is threading.main_thread()  # see parallel.die_with_parent
     procs = []
-    for k in range(1, n + 1):
-        child = dataclasses.replace(request, workers=1, worker_id=k, jobs=jobs, quiet=True)
+    for k, payload in enumerate(payloads, start=1):
         p = ctx.Process(
             target=worker_main,
-            args=(entry, child, threads, os.getpid(), main_thread),
+            args=(entry, payload, threads, os.getpid(), main_thread),
             name=f"dmlbench-worker-{k}",
         )
         p.start()

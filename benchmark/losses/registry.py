@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.registry import Registry
@@ -40,6 +40,7 @@ __all__ = [
     "LossFactory",
     "LossSpec",
     "SearchDim",
+    "adopt_loss",
     "build_loss",
     "check_integer",
     "check_positive",
@@ -110,7 +111,7 @@ class LossSpec:
     search_space: Mapping[str, SearchDim]
     """The tuned hyperparameters (keys are a subset of ``defaults``): MLRC's Cars196 ranges for the
     losses MLRC ran; the CUB and SOP ranges that differ are those datasets' paper settings
-    (benchmark.data.specs.PAPER_SETTINGS, docs/protocols.md §3)."""
+    (benchmark.data.registry.PAPER_SETTINGS, docs/protocols.md §3)."""
     pair_based: bool
     """True: the sampler draws m = 4 images per class; False: m = 1 (class/proxy-based)."""
     has_parameters: bool
@@ -118,6 +119,11 @@ class LossSpec:
     embedding_space: Literal["cosine", "euclidean"]
     param_weight_decay: float = 1e-4
     """Weight decay of the loss-parameter optimiser (0 for MarginLoss β, docs/protocols.md §2.2)."""
+    param_lr_ratio: float = 100.0
+    """Learning rate of the loss's own parameters as a multiple of the model's, where a protocol
+    fixes hyperparameters instead of searching ``param_lr`` (``traditional``; the Mean-Field authors'
+    ``--lr-ratio``): 100 for proxies, anchors and β (the paper's 1e-2 at lr 1e-4), 2000 for mean
+    fields (docs/protocols.md §2.5). Only read when ``has_parameters``."""
     source: Literal["pml", "dmlbench"] = "pml"
     description: str = ""
     """One line for ``dmlbench list losses``."""
@@ -141,6 +147,8 @@ class LossSpec:
             raise DmlbenchError(
                 f"Loss {self.name!r}: {PARAM_LR!r} must be a default exactly when has_parameters."
             )
+        if not (math.isfinite(self.param_lr_ratio) and self.param_lr_ratio > 0):
+            raise DmlbenchError(f"Loss {self.name!r}: param_lr_ratio must be > 0, got {self.param_lr_ratio}.")
         for key, dim in self.search_space.items():
             if self.defaults[key] not in dim:
                 raise DmlbenchError(
@@ -158,7 +166,106 @@ class LossSpec:
         return 4 if self.pair_based else 1
 
 
-LOSSES: Registry[LossSpec] = Registry("loss")
+# --- plugins (benchmark.registry): what a loss plugin may name --------------------------------
+
+
+def adopt_loss(obj: object, shown: str) -> LossSpec:
+    """The :class:`LossSpec` of what a loss plugin names: a spec, or a ``torch.nn.Module`` subclass
+    declaring the same as class attributes (see docs/guide/plugins.md); else a ConfigError."""
+    if isinstance(obj, LossSpec):
+        _check_loss_fields(obj.defaults, obj.search_space, obj.pair_based, obj.embedding_space, shown)
+        return obj
+    if not isinstance(obj, type):
+        raise ConfigError(
+            f"Plugin {shown!r} is a {type(obj).__name__}; a loss plugin must be a LossSpec or a "
+            "torch.nn.Module subclass declaring defaults, search_space, pair_based and embedding_space."
+        )
+    required = ("defaults", "search_space", "pair_based", "embedding_space")
+    missing = [a for a in required if not hasattr(obj, a)]
+    if missing:
+        raise ConfigError(
+            f"Plugin {shown!r}: the loss class {obj.__name__} does not declare "
+            f"{', '.join(missing)} (a loss class declares {', '.join(required)} as class attributes)."
+        )
+    import torch  # a loss class is a torch module: torch is imported once a plugin class is given
+
+    if not issubclass(obj, torch.nn.Module):
+        raise ConfigError(f"Plugin {shown!r}: the loss class {obj.__name__} must subclass torch.nn.Module.")
+    defaults, raw_space = obj.defaults, obj.search_space  # type: ignore[attr-defined]
+    if not isinstance(raw_space, Mapping):
+        raise ConfigError(f"Plugin {shown!r}: search_space must be a dict, got {type(raw_space).__name__}.")
+    space = {str(k): _search_dim(v, f"{shown}: search_space[{k!r}]") for k, v in raw_space.items()}
+    _check_loss_fields(defaults, space, obj.pair_based, obj.embedding_space, shown)  # type: ignore[attr-defined]
+    has_parameters = getattr(obj, "has_parameters", PARAM_LR in defaults)
+    weight_decay = getattr(obj, "param_weight_decay", 1e-4)
+    lr_ratio = getattr(obj, "param_lr_ratio", 100.0)
+    for attr, value, typ in (
+        ("has_parameters", has_parameters, bool),
+        ("param_weight_decay", weight_decay, float),
+        ("param_lr_ratio", lr_ratio, float),
+        ("name", getattr(obj, "name", ""), str),
+        ("display_name", getattr(obj, "display_name", ""), str),
+        ("description", getattr(obj, "description", ""), str),
+    ):
+        if not isinstance(value, typ) or (typ is float and isinstance(value, bool)):
+            raise ConfigError(f"Plugin {shown!r}: {attr} must be a {typ.__name__}, got {value!r}.")
+    cls: Callable[..., Any] = obj
+    try:
+        return LossSpec(
+            name=getattr(obj, "name", obj.__name__.lower()),
+            display_name=getattr(obj, "display_name", obj.__name__),
+            factory=lambda ctx, params: cls(ctx, params),
+            defaults={str(k): float(v) for k, v in defaults.items()},
+            search_space=space,
+            pair_based=obj.pair_based,  # type: ignore[attr-defined]
+            has_parameters=has_parameters,
+            embedding_space=obj.embedding_space,  # type: ignore[attr-defined]
+            param_weight_decay=float(weight_decay),
+            param_lr_ratio=float(lr_ratio),
+            description=getattr(obj, "description", ""),
+        )
+    except DmlbenchError as exc:
+        raise ConfigError(f"Plugin {shown!r}: {exc}") from exc
+
+
+def _check_loss_fields(
+    defaults: object, space: object, pair_based: object, embedding: object, shown: str
+) -> None:
+    if not isinstance(defaults, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for k, v in defaults.items()
+    ):
+        raise ConfigError(f"Plugin {shown!r}: defaults must be a dict of hyperparameter name -> number.")
+    if not isinstance(space, Mapping) or not all(isinstance(d, SearchDim) for d in space.values()):
+        raise ConfigError(f"Plugin {shown!r}: search_space must be a dict of name -> SearchDim.")
+    if not isinstance(pair_based, bool):
+        raise ConfigError(f"Plugin {shown!r}: pair_based must be True or False, got {pair_based!r}.")
+    if embedding not in ("cosine", "euclidean"):
+        raise ConfigError(
+            f"Plugin {shown!r}: embedding_space must be 'cosine' or 'euclidean', got {embedding!r}."
+        )
+
+
+def _search_dim(value: object, where: str) -> SearchDim:
+    if isinstance(value, SearchDim):
+        return value
+    if isinstance(value, tuple | list) and len(value) in (2, 3):
+        low, high, *scale = value
+        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in (low, high)) and scale in (
+            [],
+            ["log"],
+            ["linear"],
+        ):
+            try:
+                return SearchDim(float(low), float(high), log=scale == ["log"])
+            except ValueError as exc:
+                raise ConfigError(f"Plugin {where}: {exc}") from exc
+    raise ConfigError(
+        f"Plugin {where} must be a SearchDim or (low, high) or (low, high, 'log'), got {value!r}."
+    )
+
+
+LOSSES: Registry[LossSpec] = Registry("loss", group="dmlbench.losses", adopt=adopt_loss)
 
 
 def register_loss(spec: LossSpec) -> LossSpec:

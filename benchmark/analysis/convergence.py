@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-#: Why a fold training stopped; see ``benchmark.protocol.train`` for what each one means.
+#: Why a fold training stopped; see ``benchmark.engine.train`` for what each one means.
 STOP_REASONS = ("patience", "max_epochs", "diverged", "time")
 #: A stop whose reason a record neither stores nor allows to derive.
 UNKNOWN = "unknown"

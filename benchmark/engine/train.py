@@ -18,11 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmark.analysis.convergence import STOP_REASONS
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec, eval_batch
 from benchmark.data.augment import train_batch as train_batch
 from benchmark.data.prefetch import Prefetcher
 from benchmark.data.sampler import MPerClassSampler, PassSampler
+from benchmark.engine.environment import code_identity
+from benchmark.engine.training_options import LoopControl, configure_model
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext
 from benchmark.losses import build_loss as build_loss
@@ -30,9 +33,6 @@ from benchmark.metrics import evaluate as evaluate
 from benchmark.metrics.knn import knn_search
 from benchmark.models.features import FeatureDataset, Samples
 from benchmark.models.trunks import EmbeddingModel, build_head, build_model, set_train_mode
-from benchmark.protocol.convergence import STOP_REASONS
-from benchmark.protocol.environment import code_identity
-from benchmark.protocol.training_options import LoopControl, configure_model
 
 # train_batch, build_loss and evaluate are imported "as" themselves (explicit re-exports for
 # mypy): tests and benchmarks/profile_fold.py patch them as attributes of this module.
@@ -46,7 +46,7 @@ from benchmark.protocol.training_options import LoopControl, configure_model
 #: * ``diverged``: the loss, a gradient or the validation embeddings became NaN/inf
 #:   (:class:`TrainingDiverged`; such a fold has no result, records count it from the failure);
 #: * ``time``: the caller's wall-clock limit (``time_limit_s``) ran out at an evaluation.
-#: (:data:`~benchmark.protocol.convergence.STOP_REASONS`; the shares per record are computed there.)
+#: (:data:`~benchmark.analysis.convergence.STOP_REASONS`; the shares per record are computed there.)
 
 
 @dataclass

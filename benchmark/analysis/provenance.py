@@ -1,6 +1,6 @@
 """Which code trained a run's folds: one code version per record, or a record that says it mixes.
 
-Every fold result carries the :func:`benchmark.protocol.environment.code_identity` of the process
+Every fold result carries the :func:`benchmark.engine.environment.code_identity` of the process
 that trained it. A run directory keeps the history of the code versions that worked in it
 (``code.json``); resuming it with other code is refused unless the user asks for it
 (``--resume-mixed-code``), because the record would otherwise be stamped with the new commit
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmark.analysis.convergence import fold_trainings
 from benchmark.errors import DmlbenchError
 from benchmark.io import read_json, write_json_atomic
-from benchmark.protocol.convergence import fold_trainings
 
 #: A fold result written before fold results carried their code (or by a plugin trainer that omits it).
 UNRECORDED = "unrecorded"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from benchmark.errors import ConfigError
 from benchmark.lazy import lazy_callable
 from benchmark.registry import Registry
 
@@ -45,17 +46,26 @@ class TrunkSpec:
     head_names: tuple[str, ...] = ()
 
 
-TRUNKS: Registry[TrunkSpec] = Registry("trunk")
+def adopt_trunk(obj: object, shown: str) -> TrunkSpec:
+    """What a trunk plugin names, checked: a :class:`TrunkSpec` (else a ConfigError)."""
+    if not isinstance(obj, TrunkSpec):
+        raise ConfigError(f"Plugin {shown!r} is a {type(obj).__name__}; a trunk plugin must be a TrunkSpec.")
+    if not callable(obj.build):
+        raise ConfigError(
+            f"Plugin {shown!r}: TrunkSpec.build must be callable (in_channels -> (module, dim))."
+        )
+    return obj
+
+
+TRUNKS: Registry[TrunkSpec] = Registry("trunk", group="dmlbench.trunks", adopt=adopt_trunk)
 
 TIMM_PREFIX = "timm:"
+# Any timm model (optional extra): its spec is made on demand; timm and torch only for timm trunks.
+TRUNKS.register_prefix(TIMM_PREFIX, "benchmark.models.trunks:timm_spec")
 
 
 def trunk_spec(name: str) -> TrunkSpec:
     """The registered trunk ``name``, or ``timm:<model>`` for any timm model (optional extra)."""
-    if name.startswith(TIMM_PREFIX):
-        from benchmark.models.trunks import timm_spec  # timm (and torch) only for timm trunks
-
-        return timm_spec(name, name[len(TIMM_PREFIX) :])
     return TRUNKS.get(name)
 
 
