@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
 from benchmark.protocol.progress import Progress, Stopwatch
-from benchmark.protocol.registry import resolve_run_config
+from benchmark.protocol.registry import PROTOCOLS, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
 from benchmark.search.storage import is_database_url
@@ -259,6 +259,10 @@ class ProtocolRun:
         c = self.config
         used = {"loss": self.loss_spec.name, "dataset": c.data.dataset, "trunk": c.model.trunk}
         sources = record_sources(used)
+        # A plugin protocol's declaration (its entry point's module), after the components.
+        protocol = PROTOCOLS.source_of(c.protocol.name)
+        if protocol is not None:
+            sources.append(replace(protocol, kind="protocol").to_dict())
         return {"plugins": sources} if sources else {}
 
     def build_record(self) -> dict[str, Any]:
