@@ -34,7 +34,7 @@ from benchmark.errors import DmlbenchError
 from benchmark.losses.registry import LOSSES
 from benchmark.metrics.registry import METRICS
 from benchmark.models.registry import TRUNKS
-from benchmark.registry import ENV_VAR, PluginSource, Registry, is_ref
+from benchmark.registry import ENV_VAR, PluginSource, PluginSourceDoc, Registry, is_ref
 from benchmark.registry import record_sources as _record_sources
 
 __all__ = [
@@ -73,6 +73,6 @@ def source_of(kind: str, name: str) -> PluginSource | None:
     return registry_of(kind).source_of(name)
 
 
-def record_sources(components: Mapping[str, str]) -> list[dict[str, Any]]:
+def record_sources(components: Mapping[str, str]) -> list[PluginSourceDoc]:
     """The sources of those of ``components`` (kind -> registered name) that are plugins."""
     return _record_sources(REGISTRIES, components)

@@ -48,11 +48,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 from benchmark.config import Deviation
 from benchmark.errors import ConfigError, DmlbenchError
-from benchmark.registry import PluginSource, Registry
+from benchmark.registry import PluginSource, PluginSourceDoc, Registry
 
 SCHEMA_PREFIX = "dmlbench.run/"
 SCHEMA_VERSION = 1
@@ -235,6 +235,129 @@ class RunRecord:
         """``timings_s["search"] + timings_s["test"]``, None when either is missing."""
         search, test = self.timings_s.get("search"), self.timings_s.get("test")
         return None if search is None or test is None else search + test
+
+
+# -- the written document ---------------------------------------------------------------------
+# What a run writes, typed (schema SCHEMA): the protocols' record writers build these
+# (benchmark.protocol.base.ProtocolRun.record_header, mlrc_run and repeated build_record), and
+# parse_record reads the same keys into the dataclasses above. TypedDicts are plain dicts at run
+# time, so the JSON is what the writers always wrote (key order included). A key readers need is
+# required here and in parse_record; the rest of a section no reader parses stays dict[str, Any].
+# A new optional key keeps SCHEMA_VERSION; renaming or removing one is a new version.
+
+
+class IntervalDoc(TypedDict):
+    """A summary over repetitions (:func:`benchmark.engine.evaluation.interval_dict`): read as
+    :class:`Interval` (``mean``, ``half_width``)."""
+
+    mean: float
+    half_width: float
+    n: int
+    low: float
+    high: float
+
+
+class DeviationDoc(TypedDict):
+    """A :class:`benchmark.config.Deviation` as the record holds it (an entry of ``deviations``)."""
+
+    key: str
+    paper: Any
+    value: Any
+
+
+class ParamRangeDoc(TypedDict):
+    """``search.space[name]``, read as :class:`ParamRange`."""
+
+    low: float
+    high: float
+    log: bool
+
+
+class SearchDoc(TypedDict):
+    """``search`` of an MLRC record, read as :class:`Search` (``trials``: the search stage's)."""
+
+    sampler: str
+    n_trials: int
+    space: dict[str, ParamRangeDoc]
+    fixed: dict[str, float]
+    best_trial: int | None
+    best_value: float | None
+    best_params: dict[str, float]
+    trials: list[dict[str, Any]]
+
+
+class _RecordTestDoc(TypedDict):
+    reps: int
+    metrics: list[str]
+    per_rep: dict[str, dict[str, list[float]]]
+    summary: dict[str, dict[str, IntervalDoc]]
+    rep_details: list[dict[str, Any]]
+
+
+class RecordTestDoc(_RecordTestDoc, total=False):
+    """``test``, read as :class:`TestResults`: ``modes`` (with ``mode_labels``) where the record
+    kind has no default modes, ``extra_*`` for further per-rep quantities."""
+
+    modes: list[str]
+    mode_labels: dict[str, str]
+    extra_per_rep: dict[str, list[float]]
+    extra_summary: dict[str, IntervalDoc]
+
+
+class PluginsDoc(TypedDict, total=False):
+    """``plugins``: present only when a component of the run is a plugin."""
+
+    plugins: list[PluginSourceDoc]
+
+
+class RecordHeader(PluginsDoc):
+    """What every protocol's record starts with (``ProtocolRun.record_header``)."""
+
+    schema: str
+    kind: str
+    created: str
+    protocol: str
+    dataset: str
+    loss: str
+    loss_display_name: str
+    embedding_space: str
+    budget: str
+    seed: int
+    run_dir: str
+    config: dict[str, Any]
+    deviations: list[DeviationDoc]
+    trunk_weights: dict[str, Any] | None
+    dataset_paper_settings: dict[str, Any]
+    schedule: dict[str, Any]
+    loss_dataset_defaults: dict[str, float]
+
+
+class RecordExtras(TypedDict, total=False):
+    """Top-level entries of one protocol's records (``RepeatedRun.record_extras``; cbir's ``two_stage``)."""
+
+    two_stage: bool
+
+
+class _RunRecordDoc(RecordHeader):
+    data: dict[str, Any]
+    environment: dict[str, Any]
+    test: RecordTestDoc
+    untrained: dict[str, dict[str, float]]
+    timings_s: dict[str, float]
+    execution: dict[str, Any]
+
+
+class RunRecordDoc(_RunRecordDoc, RecordExtras, total=False):
+    """A whole run record as written, version :data:`SCHEMA_VERSION`: the header, the protocol's
+    results, then what is added from them (``convergence``) and when it is written (``code``).
+    ``search``: MLRC; ``selection_on_test``, ``notes``, ``training``: the search-free protocols."""
+
+    search: SearchDoc
+    selection_on_test: bool
+    notes: list[str]
+    training: dict[str, Any]
+    convergence: dict[str, Any]
+    code: dict[str, Any]
 
 
 # -- validation -------------------------------------------------------------------------------

@@ -37,10 +37,10 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 from benchmark.checks import SAFE_NAME
 from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
@@ -53,6 +53,19 @@ ENV_VAR = "DMLBENCH_PLUGINS"
 
 #: Turns what a plugin names (``obj``; ``shown`` says where it came from, for errors) into an item.
 Adopt = Callable[[object, str], T]
+
+
+class PluginSourceDoc(TypedDict):
+    """A :class:`PluginSource` as a run record holds it (an entry of the record's ``plugins``)."""
+
+    kind: str
+    name: str
+    ref: str
+    module: str
+    file: str | None
+    sha256: str | None
+    distribution: str | None
+    version: str | None
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,18 @@ class PluginSource:
         where = Path(self.file).name if self.file else self.module
         return f"{where} sha256:{(self.sha256 or '?')[:12]}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> PluginSourceDoc:
+        """As the record holds it, fields in this order (:func:`benchmark.records.parse_plugins` reads it)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "ref": self.ref,
+            "module": self.module,
+            "file": self.file,
+            "sha256": self.sha256,
+            "distribution": self.distribution,
+            "version": self.version,
+        }
 
 
 @dataclass(frozen=True)
@@ -316,7 +339,7 @@ class Registry(Generic[T]):
 
 def record_sources(
     registries: Mapping[str, Registry[Any]], components: Mapping[str, str]
-) -> list[dict[str, Any]]:
+) -> list[PluginSourceDoc]:
     """The sources of those of ``components`` (kind -> registered name) that are plugins."""
     return [
         s.to_dict()

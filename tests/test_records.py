@@ -11,8 +11,23 @@ from typing import Any
 import pytest
 from test_report_tables import MLRC, make_record, write
 
+from benchmark.config import Deviation
+from benchmark.engine.evaluation import interval_dict
 from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol
-from benchmark.records import RECORD_KINDS, SCHEMA, RecordError, load_record, load_records, parse_record
+from benchmark.records import (
+    MLRC_MODES,
+    RECORD_KINDS,
+    SCHEMA,
+    Interval,
+    ParamRange,
+    RecordError,
+    RecordTestDoc,
+    RunRecordDoc,
+    load_record,
+    load_records,
+    parse_record,
+)
+from benchmark.registry import PluginSource
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 COMMITTED = sorted(RESULTS.glob("*/*/records/*.json"))
@@ -253,3 +268,109 @@ def test_records_are_validated_for_values(mutate: Any, key: str, tmp_path: Path)
     from benchmark.cli.main import main
 
     assert main(["report", "--results-dir", str(tmp_path), "--dataset", "glyphs"]) == 2
+
+
+# -- one schema for writing and reading -----------------------------------------------------------
+
+
+def _typed_mlrc_record() -> RunRecordDoc:
+    """A run record built as the writers build theirs (the typed document, the run's own helpers)."""
+    per_rep = {
+        "separated": {"map_at_r": [0.30, 0.34, 0.32], "precision_at_1": [0.6, 0.62, 0.61]},
+        "concatenated": {"map_at_r": [0.35, 0.37, 0.36], "precision_at_1": [0.66, 0.64, 0.65]},
+    }
+    plugin = PluginSource("loss", "margindev", "my_loss:M", "my_loss", "/x/my_loss.py", "ab" * 32, "d", "0.1")
+    deviation = Deviation("train.max_epochs", 100, 2)
+    return {
+        "schema": SCHEMA,
+        "kind": "mlrc",
+        "created": "2026-11-25T07:00:00+00:00",
+        "protocol": "mlrc",
+        "dataset": "glyphs",
+        "loss": "margindev",
+        "loss_display_name": "Margin deviance",
+        "embedding_space": "cosine",
+        "budget": "smoke",
+        "seed": 0,
+        "run_dir": "runs/x",
+        "config": {"protocol": {"name": "mlrc", "n_folds": 4}, "model": {"embedding_dim": 128}},
+        "deviations": [{"key": deviation.key, "paper": deviation.paper, "value": deviation.value}],
+        "trunk_weights": None,
+        "dataset_paper_settings": {},
+        "schedule": {},
+        "loss_dataset_defaults": {},
+        "plugins": [plugin.to_dict()],
+        "data": {"n_images": 800},
+        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
+        "search": {
+            "sampler": "tpe",
+            "n_trials": 2,
+            "space": {"margin": {"low": 0.0, "high": 0.9, "log": False}},
+            "fixed": {},
+            "best_trial": 1,
+            "best_value": 0.3,
+            "best_params": {"margin": 0.4},
+            "trials": [
+                {"number": 0, "state": "COMPLETE", "value": 0.2, "params": {"margin": 0.1}, "folds": []},
+                {"number": 1, "state": "COMPLETE", "value": 0.3, "params": {"margin": 0.4}, "folds": []},
+            ],
+        },
+        "test": {
+            "reps": 3,
+            "metrics": ["map_at_r", "precision_at_1"],
+            "per_rep": per_rep,
+            "summary": {
+                mode: {m: interval_dict(v, 0.95) for m, v in values.items()}
+                for mode, values in per_rep.items()
+            },
+            "rep_details": [],
+        },
+        "untrained": {"separated": {"map_at_r": 0.1}, "concatenated": {"map_at_r": 0.12}},
+        "timings_s": {"search": 1.5, "test": 2.0},
+        "execution": {"jobs": 1},
+    }
+
+
+def test_a_typed_record_round_trips_through_json_and_the_reader() -> None:
+    doc = _typed_mlrc_record()
+    text = json.dumps(doc, indent=2)
+    record = parse_record(json.loads(text), "<typed>")
+    # The reader reads back what the writer typed: the shared types compare equal.
+    assert record.document == doc and record.migrated == ()
+    assert (record.kind, record.loss, record.budget, record.seed) == ("mlrc", "margindev", "smoke", 0)
+    assert record.plugins == (PluginSource(**doc["plugins"][0]),)
+    assert record.deviations == (Deviation("train.max_epochs", 100, 2),)
+    assert record.test.modes == MLRC_MODES and not record.test.named_modes
+    for mode, values in doc["test"]["per_rep"].items():
+        for metric, reps in values.items():
+            cell = doc["test"]["summary"][mode][metric]
+            assert record.test.summary[mode][metric] == Interval(cell["mean"], cell["half_width"])
+            assert record.test.per_rep[mode][metric] == tuple(reps)
+    search = doc["search"]
+    assert record.search is not None and record.search.best_trial == search["best_trial"]
+    assert record.search.space == {"margin": ParamRange(0.0, 0.9, False)}
+    assert [(t.number, t.value, dict(t.params)) for t in record.search.trials] == [
+        (t["number"], t["value"], t["params"]) for t in search["trials"]
+    ]
+    assert (record.git_commit, record.dirty, record.embedding_dim, record.n_folds) == (
+        "0123456789abcdef",
+        False,
+        128,
+        4,
+    )
+    # Written again, the document is the same bytes (records are rewritten as they were read).
+    assert json.dumps(json.loads(text), indent=2) == text
+
+
+def test_the_written_schema_covers_every_committed_record() -> None:
+    """Every top-level key of a committed record is a key of the written schema (RunRecordDoc), and
+    a record written since records carry ``kind`` has every required one."""
+    declared = RunRecordDoc.__required_keys__ | RunRecordDoc.__optional_keys__
+    test_keys = RecordTestDoc.__required_keys__ | RecordTestDoc.__optional_keys__
+    for path in COMMITTED:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        assert set(document) <= declared, (path, sorted(set(document) - declared))
+        assert set(document["test"]) <= test_keys, (path, sorted(set(document["test"]) - test_keys))
+        if "kind" in document:
+            assert RunRecordDoc.__required_keys__ <= set(document), path
+            assert RecordTestDoc.__required_keys__ <= set(document["test"]), path

@@ -6,6 +6,7 @@ import numpy as np
 
 from benchmark.metrics import evaluate
 from benchmark.metrics.knn import EXACT, KnnSearch, Space
+from benchmark.records import IntervalDoc
 from benchmark.stats import t_interval
 
 
@@ -41,7 +42,7 @@ def evaluate_folds(
     return {"separated": separated, "concatenated": concatenated, "per_fold": per_fold}  # type: ignore[dict-item]
 
 
-def interval_dict(values: list[float], confidence: float) -> dict[str, float]:
+def interval_dict(values: list[float], confidence: float) -> IntervalDoc:
     """The t-interval of ``values`` as the record stores it (mean, half width, n, low, high)."""
     iv = t_interval(values, confidence)
     return {"mean": iv.mean, "half_width": iv.half_width, "n": iv.n, "low": iv.low, "high": iv.high}

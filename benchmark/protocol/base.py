@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -46,6 +46,7 @@ from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
+from benchmark.records import PluginsDoc, RecordHeader, RunRecordDoc
 from benchmark.search.storage import is_database_url
 
 RECORD_SCHEMA = "dmlbench.run/1"
@@ -216,7 +217,7 @@ class ProtocolRun:
         raise NotImplementedError
 
     # -- step 6 ---------------------------------------------------------------------------------
-    def record_header(self) -> dict[str, Any]:
+    def record_header(self) -> RecordHeader:
         """The fields every protocol's record starts with: schema, identity, config, deviations."""
         c, req = self.config, self.request
         return {
@@ -254,7 +255,7 @@ class ProtocolRun:
             any(k in declared for k in ("train.eval_every", "train.patience")),
         )
 
-    def _plugin_sources(self) -> dict[str, Any]:
+    def _plugin_sources(self) -> PluginsDoc:
         """``plugins``: where the run's outside components came from (absent when all are built in)."""
         c = self.config
         used = {"loss": self.loss_spec.name, "dataset": c.data.dataset, "trunk": c.model.trunk}
@@ -265,8 +266,9 @@ class ProtocolRun:
             sources.append(replace(protocol, kind="protocol").to_dict())
         return {"plugins": sources} if sources else {}
 
-    def build_record(self) -> dict[str, Any]:
-        """The run record: :meth:`record_header` and the protocol's results."""
+    def build_record(self) -> RunRecordDoc:
+        """The run record: :meth:`record_header` and the protocol's results (one schema with the
+        reader, :mod:`benchmark.records`)."""
         raise NotImplementedError
 
     def write_record(self) -> None:
@@ -292,7 +294,8 @@ class ProtocolRun:
             if not self.record_path.exists() or read_json(self.record_path) != self.record:
                 write_json_atomic(self.record_path, self.record)
             return
-        self.record = self.build_record()
+        # The typed document is the JSON object written (a TypedDict is a dict at run time).
+        self.record = cast(dict[str, Any], self.build_record())
         earlier = self.earlier_timings()
         self.record["timings_s"] = add_timings([*earlier, dict(self.watch.timings)])
         self.record.setdefault("execution", {})["invocations"] = len(earlier) + 1

@@ -35,6 +35,7 @@ from benchmark.metrics.two_stage import (
 )
 from benchmark.protocol.cbir import cbir_cutoffs
 from benchmark.protocol.repeated import RepeatedRun
+from benchmark.records import RecordExtras
 
 
 def loss_anchors(loss: nn.Module, class_ids: np.ndarray) -> ClassAnchors | None:
@@ -199,7 +200,7 @@ class CBIRRun(RepeatedRun):
             if all(k in rep["retrieval"] for rep in self.rep_results)
         }
 
-    def record_extras(self) -> dict[str, Any]:
+    def record_extras(self) -> RecordExtras:
         return {"two_stage": "two_stage" in self.rep_results[0]["scores"] if self.rep_results else False}
 
     def notes(self) -> list[str]:

@@ -31,6 +31,7 @@ from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.request import validate_common
 from benchmark.protocol.run_data import cache_dir, load_run_dataset
+from benchmark.records import RecordExtras, RunRecordDoc
 
 #: Config sections a protocol without search does not read; setting them is an error, not a no-op.
 UNUSED_PREFIXES = ("search.", "space.")
@@ -191,7 +192,7 @@ class RepeatedRun(ProtocolRun):
         """Further per-rep quantities summarised with a CI (e.g. epochs to best, time per query)."""
         return {}
 
-    def record_extras(self) -> dict[str, Any]:
+    def record_extras(self) -> RecordExtras:
         """Protocol-specific top-level record entries."""
         return {}
 
@@ -199,7 +200,7 @@ class RepeatedRun(ProtocolRun):
         """Sentences the leaderboard prints under the table (protocol caveats)."""
         return []
 
-    def build_record(self) -> dict[str, Any]:
+    def build_record(self) -> RunRecordDoc:
         c = self.config
         metrics = list(c.test.metrics)
         modes = [m for m, _ in self.MODES if all(m in rep["scores"] for rep in self.rep_results)]
@@ -210,7 +211,9 @@ class RepeatedRun(ProtocolRun):
             mode: {m: interval_dict(per_rep[mode][m], c.test.confidence) for m in metrics} for mode in modes
         }
         extra = self.extra_per_rep()
-        record: dict[str, Any] = {
+        # The ignore at record_extras: with a ** item, mypy asks that every optional key come from
+        # one; search is MLRC's, convergence is added below, code on writing.
+        record: RunRecordDoc = {
             **self.record_header(),
             "selection_on_test": self.SELECTION_ON_TEST,
             "notes": self.notes(),
@@ -234,7 +237,7 @@ class RepeatedRun(ProtocolRun):
                 "rep_details": self.rep_results,
             },
             "untrained": self.untrained_result,
-            **self.record_extras(),
+            **self.record_extras(),  # type: ignore[typeddict-item]
             "timings_s": self.watch.timings,
             "execution": {
                 "jobs": 1,
