@@ -241,9 +241,11 @@ class RunRecord:
 # What a run writes, typed (schema SCHEMA): the protocols' record writers build these
 # (benchmark.protocol.base.ProtocolRun.record_header, mlrc_run and repeated build_record), and
 # parse_record reads the same keys into the dataclasses above. TypedDicts are plain dicts at run
-# time, so the JSON is what the writers always wrote (key order included). A key readers need is
-# required here and in parse_record; the rest of a section no reader parses stays dict[str, Any].
-# A new optional key keeps SCHEMA_VERSION; renaming or removing one is a new version.
+# time, so the JSON is what the writers always wrote (key order included). Every key a run writes
+# is declared (required: written by every protocol; optional: by some); parse_record stays lenient
+# where the module docstring says so (records written before a key existed), and sections no reader
+# parses stay dict[str, Any]. A new optional key keeps SCHEMA_VERSION; renaming or removing one is
+# a new version.
 
 
 class IntervalDoc(TypedDict):

@@ -46,10 +46,11 @@ from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
-from benchmark.records import PluginsDoc, RecordHeader, RunRecordDoc
+from benchmark.records import SCHEMA, PluginsDoc, RecordHeader, RunRecordDoc
 from benchmark.search.storage import is_database_url
 
-RECORD_SCHEMA = "dmlbench.run/1"
+#: The schema (and its version) of the records written: the one the reader parses.
+RECORD_SCHEMA = SCHEMA
 
 
 #: Timings of the invocations that worked in a run directory without finishing it.
