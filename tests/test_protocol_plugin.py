@@ -93,7 +93,11 @@ def test_installed_protocol_plugin_runs_smoke_and_report_shows_its_board(
     declared = site / "my_protocol" / "__init__.py"
     assert source["sha256"] == hashlib.sha256(declared.read_bytes()).hexdigest()
 
-    report = cli(tmp_path, site, cache_dir, "report", "--dataset", "glyphs", "--protocol", "smalldb")
+    # Without --protocol, report looks for mlrc records, and says which protocol has some.
+    default = cli(tmp_path, site, cache_dir, "report")
+    assert default.returncode == 2 and "Name a --dataset; no 'mlrc' records under results; " in default.stderr
+    assert "records exist for: glyphs/smalldb (choose one with --dataset and --protocol)." in default.stderr
+    report = cli(tmp_path, site, cache_dir, "report", "--protocol", "smalldb")  # the one dataset
     assert report.returncode == 0, report.stderr[-3000:]
     board = report.stdout
     assert "# Leaderboard: `glyphs`, protocol `smalldb`" in board

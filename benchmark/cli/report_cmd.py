@@ -63,14 +63,11 @@ def resolve_dataset(results_dir: Path, dataset: str | None, protocol: str) -> st
     candidates = sorted({run.split("/")[0] for run in runs if run.split("/")[1] == protocol})
     if len(candidates) == 1:
         return candidates[0]
-    raise DmlbenchError(
-        "Name a --dataset; "
-        + (
-            f"datasets with {protocol!r} records: {', '.join(candidates)}."
-            if candidates
-            else f"no records under {results_dir} (records exist for: {', '.join(runs) or 'nothing'})."
-        )
-    )
+    if candidates:
+        raise DmlbenchError(f"Name a --dataset; datasets with {protocol!r} records: {', '.join(candidates)}.")
+    listed = ", ".join(runs)
+    elsewhere = f"; records exist for: {listed} (choose one with --dataset and --protocol)" if runs else ""
+    raise DmlbenchError(f"Name a --dataset; no {protocol!r} records under {results_dir}{elsewhere}.")
 
 
 def handle(args: argparse.Namespace) -> int:
