@@ -43,7 +43,7 @@ from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
 from benchmark.protocol.progress import Progress, Stopwatch
-from benchmark.protocol.registry import resolve_run_config
+from benchmark.protocol.registry import protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
 from benchmark.search.storage import is_database_url
@@ -99,6 +99,8 @@ class ProtocolRun:
         protocol_data, overrides, user = request_layers(req)
         self.budget_overrides = overrides
         self.config, self.paper = resolve_run_config(protocol_data, overrides, user, dataset_paper_settings)
+        # The protocol's own torch-free checks, as preflight makes them (before the common ones).
+        protocol_spec(self.config.protocol.name).check(self.config, req)
         cached = self._cached_trunk_weights()
         if cached is not None and cached.found is not None:
             # Recorded as if given with --trunk-weights: the run record names the file used.
