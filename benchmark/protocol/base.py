@@ -126,7 +126,9 @@ class ProtocolRun:
         return lookup_cached_weights(trunk_spec(m.trunk))
 
     def _validate_names(self, c: RunConfig) -> None:
-        """The protocol's checks of the resolved config (names, counts, its own settings)."""
+        """The checks of the resolved config every protocol shares (names, counts, weights), usually
+        :func:`~benchmark.protocol.request.validate_common`; the protocol's own torch-free checks
+        are its declaration's ``check_config``, which :meth:`resolve` makes first."""
         raise NotImplementedError
 
     def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
