@@ -280,3 +280,16 @@ def test_the_protocol_checks_import_no_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_a_plugin_protocol_on_repeated_run_without_a_check_still_refuses_what_it_ignores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmark.protocol.traditional_run import TraditionalRun
+
+    monkeypatch.setitem(PROTOCOLS._items, "toyrep", ProtocolSpec("toyrep", TraditionalRun))
+    (tmp_path / "toyrepfile.toml").write_text('[protocol]\nname = "toyrep"\nn_folds = 1\n', encoding="utf-8")
+    monkeypatch.setenv(PROTOCOL_PATH_VAR, str(tmp_path))
+    request = _request(tmp_path, "toyrepfile", jobs=2)
+    with pytest.raises(ConfigError, match=r"protocol 'toyrepfile' trains its repetitions.*got --jobs 2"):
+        TraditionalRun(request).resolve()

@@ -29,6 +29,7 @@ from benchmark.errors import DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.base import ProtocolRun
+from benchmark.protocol.repeated_checks import check_repeated_config
 from benchmark.protocol.request import COMMON_POSITIVE, positive_counts, validate_common
 from benchmark.protocol.run_data import cache_dir, load_run_dataset
 
@@ -52,6 +53,9 @@ class RepeatedRun(ProtocolRun):
 
     def _validate_names(self, c: RunConfig) -> None:
         validate_common(c, positive_counts(c, COMMON_POSITIVE))
+        # Made by resolve already when the declaration names it (traditional, cbir); again here for a
+        # plugin protocol on this class whose ProtocolSpec declares no check_config (a pure function).
+        check_repeated_config(c, self.request)
 
     def loss_params(self) -> dict[str, float]:
         """The loss hyperparameters every rep trains with: defaults, then the user's fixed values."""
