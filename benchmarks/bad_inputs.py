@@ -95,11 +95,6 @@ def _count(key: str, value: int, message: str) -> Case:
     return Case(f"{key}={value}", "31 (8)", (*RUN, "--set", f"{key}={value}"), (message,))
 
 
-def _protocol_check(name: str, args: tuple[str, ...], message: str) -> Case:
-    """A check that needs neither torch nor the data but still comes after the torch import."""
-    return Case(name, "31 (8)", args, (message,), torch_free=False)
-
-
 CASES: tuple[Case, ...] = (
     # -- issue 14 §1: inputs that ended in a traceback ---------------------------------------------
     Case("train.lr=-1", "14 §1", (*RUN, "--set", "train.lr=-1"), ("train.lr must be > 0, got -1.0",)),
@@ -370,39 +365,51 @@ CASES: tuple[Case, ...] = (
     _count("model.embedding_dim", 0, "model.embedding_dim must be >= 1, got 0"),
     _count("test.reps", 0, "test.reps must be >= 1, got 0"),
     _count("train.patience", -1, "train.patience must be >= 1, got -1"),
-    # -- issue 31 (8): each protocol's own checks. They live in its runner, whose module imports torch;
-    # moving them into the torch-free protocol declaration waits for issue 29's protocol split.
-    _protocol_check(
-        "search.n_trials=0", (*RUN, "--set", "search.n_trials=0"), "search.n_trials must be >= 1, got 0"
-    ),
-    _protocol_check(
-        "train.iters_per_epoch=0",
-        (*RUN, "--set", "train.iters_per_epoch=0"),
-        "train.iters_per_epoch must be >= 1, got 0",
-    ),
-    _protocol_check(
+    # -- issue 31 (8): each protocol's own checks, its declaration's check_config (torch-free) ------
+    _count("search.n_trials", 0, "search.n_trials must be >= 1, got 0"),
+    _count("train.iters_per_epoch", 0, "train.iters_per_epoch must be >= 1, got 0"),
+    Case(
         "search.n_startup_trials=-1",
+        "31 (8)",
         (*RUN, "--set", "search.n_startup_trials=-1"),
-        "search.n_startup_trials must be in [0, search.n_trials=3], got -1",
+        ("search.n_startup_trials must be in [0, search.n_trials=3], got -1",),
     ),
-    _protocol_check(
+    Case(
         "protocol.n_folds=3",
+        "31 (8)",
         (*RUN, "--set", "protocol.n_folds=3"),
-        "protocol.n_folds must be 4 for MLRC (got 3)",
+        ("protocol.n_folds must be 4 for MLRC (got 3)",),
     ),
-    _protocol_check(
+    Case(
         "traditional with --jobs 2",
+        "31 (8)",
         (*RUN, "--protocol", "traditional", "--jobs", "2"),
-        "protocol 'traditional' trains its repetitions one after another",
+        ("protocol 'traditional' trains its repetitions one after another", "got --jobs 2"),
     ),
-    _protocol_check(
+    Case(
+        "traditional with search.n_trials=5 (it has no search)",
+        "31 (8)",
+        (*RUN, "--protocol", "traditional", "--set", "search.n_trials=5"),
+        ("Config key 'search.n_trials' is not used by protocol 'traditional'",),
+    ),
+    Case(
         "cbir with protocol.query_fraction=1.5",
+        "31 (8)",
         (*RUN, "--protocol", "cbir", "--set", "protocol.query_fraction=1.5"),
-        "protocol.query_fraction must lie in (0, 1), got 1.5",
+        ("protocol.query_fraction must lie in (0, 1), got 1.5",),
     ),
-    # The size floor is checked where datasets are loaded (benchmark.data.base imports torch).
-    _protocol_check(
-        "data.image_size=4", (*RUN, "--set", "data.image_size=4"), "image_size must be at least 8 px, got 4"
+    Case(
+        "cbir with train.eval_every=1 (selection on the queries)",
+        "31 (8)",
+        (*RUN, "--protocol", "cbir", "--set", "train.eval_every=1"),
+        ("train.eval_every (1) must be >= train.max_epochs (2) in the cbir protocol",),
+    ),
+    # The size floor: benchmark.data.registry.check_image_size, also made before a dataset is loaded.
+    Case(
+        "data.image_size=4",
+        "31 (8)",
+        (*RUN, "--set", "data.image_size=4"),
+        ("data.image_size must be at least 8 px, got 4",),
     ),
     # -- issue 31 (8): data directories, checked by the dataset's declared layout ------------------
     Case(

@@ -22,7 +22,7 @@ from benchmark.protocol.cbir_run import CBIRRun
 from benchmark.protocol.dispatch import runner_for
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.registry import budget_overrides
-from benchmark.protocol.repeated import unused_override
+from benchmark.protocol.repeated_checks import unused_override
 from benchmark.protocol.traditional import HalfSplit, half_split, traditional_param_lr
 from benchmark.protocol.traditional_run import TraditionalRun
 

@@ -59,11 +59,17 @@ class DatasetSpec:
 MIN_IMAGE_SIZE = 8
 
 
+def check_image_size(image_size: int) -> None:
+    """Refuse a ``data.image_size`` below :data:`MIN_IMAGE_SIZE` (torch-free: ``dmlbench run``
+    checks it before importing torch, :func:`load_dataset` again before loading)."""
+    if image_size < MIN_IMAGE_SIZE:
+        raise ConfigError(f"data.image_size must be at least {MIN_IMAGE_SIZE} px, got {image_size}.")
+
+
 def load_dataset(name: str, options: DatasetOptions) -> ImageDataset:
     """Load the registered dataset ``name`` and check that it has the promised shape and types."""
     spec = DATASETS.get(name)
-    if options.image_size < MIN_IMAGE_SIZE:
-        raise ConfigError(f"image_size must be at least {MIN_IMAGE_SIZE} px, got {options.image_size}.")
+    check_image_size(options.image_size)
     if spec.requires_data_dir and options.data_dir is None:
         raise DataError(
             f"Dataset {name!r} reads files from disk: pass its folder with --data-dir PATH "

@@ -43,7 +43,7 @@ from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
 from benchmark.protocol.progress import Progress, Stopwatch
-from benchmark.protocol.registry import PROTOCOLS, resolve_run_config
+from benchmark.protocol.registry import PROTOCOLS, protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
 from benchmark.records import SCHEMA, PluginsDoc, RecordHeader, RunRecordDoc
@@ -101,6 +101,8 @@ class ProtocolRun:
         protocol_data, overrides, user = request_layers(req)
         self.budget_overrides = overrides
         self.config, self.paper = resolve_run_config(protocol_data, overrides, user, dataset_paper_settings)
+        # The protocol's own torch-free checks, as preflight makes them (before the common ones).
+        protocol_spec(self.config.protocol.name).check(self.config, req)
         cached = self._cached_trunk_weights()
         if cached is not None and cached.found is not None:
             # Recorded as if given with --trunk-weights: the run record names the file used.
@@ -126,7 +128,9 @@ class ProtocolRun:
         return lookup_cached_weights(trunk_spec(m.trunk))
 
     def _validate_names(self, c: RunConfig) -> None:
-        """The protocol's checks of the resolved config (names, counts, its own settings)."""
+        """The checks of the resolved config every protocol shares (names, counts, weights), usually
+        :func:`~benchmark.protocol.request.validate_common`; the protocol's own torch-free checks
+        are its declaration's ``check_config``, which :meth:`resolve` makes first."""
         raise NotImplementedError
 
     def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:

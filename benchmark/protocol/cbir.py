@@ -26,11 +26,16 @@ The run code is :mod:`benchmark.protocol.cbir_run`. Choices, each recorded in th
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from benchmark.config import RunConfig
 from benchmark.errors import ConfigError
 from benchmark.lazy import lazy_callable
 from benchmark.protocol.registry import ProtocolSpec, register_protocol
+from benchmark.protocol.repeated_checks import check_repeated_config
+
+if TYPE_CHECKING:
+    from benchmark.protocol.request import RunRequest
 
 # Budget overrides (protocols.md §2.5, Class-Anchor-Margin paper): Adam lr 1e-3 from scratch is
 # kept; the small CNN on 28 px replaces ResNet-50 and fewer epochs (always trained to the end,
@@ -57,12 +62,32 @@ _SMOKE: dict[str, Any] = {
 }
 
 
+def check_cbir_config(c: RunConfig, request: RunRequest | None = None) -> None:
+    """cbir's own checks (torch-free; ``dmlbench run`` makes them before importing torch): those of
+    every protocol without search, then metrics it can score, the query fraction and split seed,
+    and no model selection on the queries."""
+    check_repeated_config(c, request)
+    cbir_cutoffs(list(c.test.metrics))
+    fraction = c.protocol.query_fraction
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"protocol.query_fraction must lie in (0, 1), got {fraction!r}.")
+    if c.protocol.split_seed < 0:
+        raise ConfigError(f"protocol.split_seed must be >= 0, got {c.protocol.split_seed}.")
+    if c.train.eval_every < c.train.max_epochs:
+        # Scoring earlier epochs could only select on the queries: the test data.
+        raise ConfigError(
+            f"train.eval_every ({c.train.eval_every}) must be >= train.max_epochs "
+            f"({c.train.max_epochs}) in the cbir protocol: no model selection on the queries."
+        )
+
+
 PROTOCOL = register_protocol(
     ProtocolSpec(
         "cbir",
         lazy_callable("benchmark.protocol.cbir_run:CBIRRun"),
         budget_overrides={"mini": _MINI, "smoke": _SMOKE},
         only_keys=("protocol.query_fraction", "protocol.split_seed"),
+        check_config=check_cbir_config,
     )
 )
 

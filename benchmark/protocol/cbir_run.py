@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from benchmark.config import RunConfig
 from benchmark.data.base import ImageDataset
 from benchmark.data.closed_set import closed_set_split
 from benchmark.engine.seeds import derive_seed
@@ -100,21 +99,6 @@ class CBIRRun(RepeatedRun):
     OPTIMIZER = "adam"
     SELECTION = "none (the model after the last epoch)"
     SAMPLING = "pass"
-
-    def _validate_names(self, c: RunConfig) -> None:
-        super()._validate_names(c)
-        cbir_cutoffs(list(c.test.metrics))
-        fraction = c.protocol.query_fraction
-        if not 0.0 < fraction < 1.0:
-            raise ConfigError(f"protocol.query_fraction must lie in (0, 1), got {fraction!r}.")
-        if c.protocol.split_seed < 0:
-            raise ConfigError(f"protocol.split_seed must be >= 0, got {c.protocol.split_seed}.")
-        if c.train.eval_every < c.train.max_epochs:
-            # Scoring earlier epochs could only select on the queries: the test data.
-            raise ConfigError(
-                f"train.eval_every ({c.train.eval_every}) must be >= train.max_epochs "
-                f"({c.train.max_epochs}) in the cbir protocol: no model selection on the queries."
-            )
 
     def split(self) -> None:
         p = self.config.protocol

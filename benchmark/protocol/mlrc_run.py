@@ -28,13 +28,13 @@ from benchmark.engine.parallel import FoldExecutor, FoldTask, WorkerSetup
 from benchmark.engine.seeds import derive_seed
 from benchmark.engine.train import EpochCallback, StepCallback, build_fold_model, embed_samples
 from benchmark.engine.workers import run_local_workers
-from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.errors import DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import atomic_write, read_json, write_json_atomic
 from benchmark.metrics.knn import knn_search
 from benchmark.models.features import FeatureDataset, load_or_compute_features
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.request import RunRequest, validate_common
+from benchmark.protocol.request import COMMON_POSITIVE, RunRequest, positive_counts, validate_common
 from benchmark.protocol.run_data import cache_dir, fold_data, load_fold_data, load_run_dataset
 from benchmark.protocol.search_stage import SearchStage, shared_reps, study_identity, study_name
 from benchmark.records import RunRecordDoc
@@ -48,25 +48,8 @@ class MLRCRun(ProtocolRun):
 
     # -- step 1 ---------------------------------------------------------------------------------
     def _validate_names(self, c: RunConfig) -> None:
-        positive = {
-            "train.batch_size": c.train.batch_size,
-            "train.iters_per_epoch": c.train.iters_per_epoch,
-            "train.max_epochs": c.train.max_epochs,
-            "train.eval_every": c.train.eval_every,
-            "train.patience": c.train.patience,
-            "search.n_trials": c.search.n_trials,
-            "test.reps": c.test.reps,
-            "model.embedding_dim": c.model.embedding_dim,
-            "data.image_size": c.data.image_size,
-        }
-        validate_common(c, positive)
-        if c.search.n_startup_trials < 0 or c.search.n_startup_trials > c.search.n_trials:
-            raise ConfigError(
-                f"search.n_startup_trials must be in [0, search.n_trials={c.search.n_trials}], "
-                f"got {c.search.n_startup_trials}."
-            )
-        if c.protocol.n_folds != 4:
-            raise ConfigError(f"protocol.n_folds must be 4 for MLRC (got {c.protocol.n_folds}).")
+        # MLRC's own checks are its declaration's (mlrc.check_mlrc_config), made by resolve.
+        validate_common(c, positive_counts(c, COMMON_POSITIVE))
 
     # -- step 2/3 -------------------------------------------------------------------------------
     def load_data(self) -> None:

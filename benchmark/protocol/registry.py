@@ -65,6 +65,11 @@ class ProtocolSpec:
     #: The record kind this protocol writes is its name; these are the (mode, label) column groups
     #: its records may leave out of ``test.modes`` (None: every record names its modes).
     record_modes: tuple[tuple[str, str], ...] | None = None
+    #: The protocol's own checks of a resolved config and the request (a
+    #: :class:`~benchmark.protocol.request.RunRequest`), needing neither torch nor the data: raise
+    #: :class:`~benchmark.errors.ConfigError` naming the key. ``dmlbench run`` calls it before torch
+    #: is imported, the run class's ``resolve`` again (None: the protocol has none).
+    check_config: Callable[[RunConfig, Any], None] | None = None
 
     def overrides_for(self, budget: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
         """The overrides budget ``budget`` applies to this protocol (``default``: the budget's own)."""
@@ -84,6 +89,17 @@ class ProtocolSpec:
                 )
             return None
         return build_section(self.settings, config.settings, "settings")
+
+    def check(self, config: RunConfig, request: Any) -> None:
+        """Run :attr:`check_config` on ``config`` and ``request`` (a ConfigError if it is no callable)."""
+        if self.check_config is None:
+            return
+        if not callable(self.check_config):  # a plugin's ProtocolSpec: a TypeError traceback otherwise
+            raise ConfigError(
+                f"Protocol {self.name!r}: ProtocolSpec.check_config must be None or callable "
+                f"(config, request -> None), got {self.check_config!r}."
+            )
+        self.check_config(config, request)
 
     def runner_class(self) -> Any:
         """The run class (its module imported now: torch and the rest of the run code)."""

@@ -25,24 +25,14 @@ from benchmark.config import RunConfig
 from benchmark.engine.environment import environment_info
 from benchmark.engine.evaluation import interval_dict
 from benchmark.engine.train import iterations_per_epoch
-from benchmark.errors import ConfigError, DmlbenchError, TrainingDiverged
+from benchmark.errors import DmlbenchError, TrainingDiverged
 from benchmark.faults import kill_point
 from benchmark.io import read_json, write_json_atomic
 from benchmark.protocol.base import ProtocolRun
-from benchmark.protocol.request import validate_common
+from benchmark.protocol.repeated_checks import check_repeated_config
+from benchmark.protocol.request import COMMON_POSITIVE, positive_counts, validate_common
 from benchmark.protocol.run_data import cache_dir, load_run_dataset
 from benchmark.records import RecordExtras, RunRecordDoc
-
-#: Config sections a protocol without search does not read; setting them is an error, not a no-op.
-UNUSED_PREFIXES = ("search.", "space.")
-
-
-def unused_override(keys: list[str]) -> str | None:
-    """The first of ``keys`` (dotted ``--set`` keys) that a protocol without search ignores, or None."""
-    for key in keys:
-        if key.startswith(UNUSED_PREFIXES) or key in ("search", "space"):
-            return key
-    return None
 
 
 class RepeatedRun(ProtocolRun):
@@ -57,51 +47,16 @@ class RepeatedRun(ProtocolRun):
 
     # -- step 1 ---------------------------------------------------------------------------------
     def resolve(self) -> None:
-        """The common resolution, refusing settings this protocol would silently ignore first."""
-        req = self.request
-        bad = unused_override(sorted(req.overrides))
-        if bad is not None:
-            raise ConfigError(
-                f"Config key {bad!r} is not used by protocol {req.protocol!r}: it has no hyperparameter "
-                "search (loss hyperparameters are the loss defaults; fix one with --set loss.NAME=VALUE)."
-            )
-        if req.sampler is not None:
-            raise ConfigError(f"--sampler is not used by protocol {req.protocol!r}: it has no search.")
-        if req.workers != 1 or req.storage is not None:
-            raise ConfigError(f"--workers/--storage share a search; protocol {req.protocol!r} has none.")
-        if req.jobs > 1:
-            raise ConfigError(
-                f"--jobs runs MLRC folds in parallel; protocol {req.protocol!r} trains its repetitions "
-                "one after another in this process."
-            )
+        """The common resolution (the protocol's own checks, options it would silently ignore
+        first, are its declaration's: :mod:`benchmark.protocol.repeated_checks`)."""
         super().resolve()
         self.params: dict[str, float] = self.loss_params()
 
     def _validate_names(self, c: RunConfig) -> None:
-        positive = {
-            "train.batch_size": c.train.batch_size,
-            "train.max_epochs": c.train.max_epochs,
-            "train.eval_every": c.train.eval_every,
-            "train.patience": c.train.patience,
-            "test.reps": c.test.reps,
-            "model.embedding_dim": c.model.embedding_dim,
-            "data.image_size": c.data.image_size,
-        }
-        validate_common(c, positive)
-        if c.train.iters_per_epoch < 0:
-            raise ConfigError(
-                f"train.iters_per_epoch must be >= 0 (0 = one pass over the training images), "
-                f"got {c.train.iters_per_epoch}."
-            )
-        if c.protocol.n_folds != 1:
-            raise ConfigError(
-                f"protocol.n_folds must be 1 for protocol {c.protocol.name!r} (one fixed split), "
-                f"got {c.protocol.n_folds}."
-            )
-        if c.model.frozen_trunk:
-            raise ConfigError(
-                f"model.frozen_trunk = true is only supported by the mlrc protocol, not {c.protocol.name!r}."
-            )
+        validate_common(c, positive_counts(c, COMMON_POSITIVE))
+        # Made by resolve already when the declaration names it (traditional, cbir); again here for a
+        # plugin protocol on this class whose ProtocolSpec declares no check_config (a pure function).
+        check_repeated_config(c, self.request)
 
     def loss_params(self) -> dict[str, float]:
         """The loss hyperparameters every rep trains with: defaults, then the user's fixed values."""

@@ -5,6 +5,8 @@ runners (torch, Optuna, faiss): a mistyped name or value is refused in a fractio
 Only a given weights file's contents need torch (:func:`check_weights_contents`); preflight checks
 them last, still before any data is read. The runners call the same functions again in their
 ``resolve`` step (for callers of the Python API), followed by the checks that need torch or the data.
+A protocol's own torch-free checks are the ``check_config`` of its declaration
+(:class:`~benchmark.protocol.registry.ProtocolSpec`), which both preflight and ``resolve`` call.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from benchmark.budgets import BUDGETS
 from benchmark.config import RunConfig, load_protocol_file
 from benchmark.data import DATASETS
+from benchmark.data.registry import check_image_size
 from benchmark.errors import ConfigError, DataError
 from benchmark.losses import LOSSES
 from benchmark.metrics import METRICS
@@ -26,7 +29,7 @@ from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.registry import trunk_spec
 from benchmark.models.weights_format import check_weights_format
 from benchmark.option_checks import validate_training_options
-from benchmark.protocol.registry import file_protocol_spec, resolve_run_config
+from benchmark.protocol.registry import file_protocol_spec, protocol_spec, resolve_run_config
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
 
@@ -156,6 +159,7 @@ def check_common(c: RunConfig, positive: Mapping[str, int]) -> None:
     """The torch-free checks every protocol shares: registered names, augmentation, option values,
     counts ``positive`` >= 1, reps >= 2, and a weights file's name, checksum or first bytes."""
     check_counts(c, positive)
+    check_image_size(c.data.image_size)
     DATASETS.get(c.data.dataset)
     trunk_spec(c.model.trunk)
     SAMPLERS.get(c.search.sampler)
@@ -240,13 +244,16 @@ def preflight(req: RunRequest) -> RunConfig:
     """Every check of ``req`` that needs neither torch nor the data, then a weights file's contents
     (torch; before any data is read); returns the resolved config.
 
-    Pretrained weights asked for without a file are looked up in the runner (in torch's cache),
-    so that case, and the protocol-specific checks, are left to the runner's ``resolve``.
+    The protocol's own checks are its declaration's ``check_config``
+    (:meth:`~benchmark.protocol.registry.ProtocolSpec.check`), made before the common ones as the
+    runner's ``resolve`` makes them. Pretrained weights asked for without a file are looked up in
+    the runner (in torch's cache), so that case is left to the runner's ``resolve``.
     """
     check_request(req)
     LOSSES.get(req.loss)
     config, _ = resolve_run_config(*request_layers(req), dataset_paper_settings)
     check_data_dir(config)
+    protocol_spec(config.protocol.name).check(config, req)
     check_common(config, positive_counts(config, COMMON_POSITIVE))
     check_weights_contents(config)
     return config

@@ -46,6 +46,7 @@ from benchmark.budgets import CPU_COMMON
 from benchmark.errors import DataError
 from benchmark.lazy import lazy_callable
 from benchmark.protocol.registry import ProtocolSpec, register_protocol
+from benchmark.protocol.repeated_checks import check_repeated_config
 
 if TYPE_CHECKING:
     from benchmark.losses.registry import LossSpec
@@ -83,6 +84,7 @@ PROTOCOL = register_protocol(
         lazy_callable("benchmark.protocol.traditional_run:TraditionalRun"),
         budget_overrides={"mini": _MINI, "smoke": _SMOKE},
         only_keys=("protocol.train_classes",),
+        check_config=check_repeated_config,
     )
 )
 
