@@ -5,18 +5,22 @@ Usage::
 
     python benchmarks/fold_convergence.py [--dataset omniglot] [--budget mini] [--losses all]
                                           [--folds 0] [--seed 0] [--set KEY=VALUE ...]
+                                          [--jsonl FILE]
 
 One line per (loss, fold): best validation MAP@R and its epoch, why training stopped
 (``patience`` = converged by MLRC's rule) and after how many epochs, wall seconds (1 torch
 thread), then the validation curve. The closing line gives the share stopped by patience and the
-median best epoch. Used to choose the ``mini`` budget's schedule (issue 12): a fold at a loss's
-defaults is not a searched trial, so this is evidence about the schedule, not a substitute for the
-convergence shares that every run record carries.
+median best epoch. ``--jsonl FILE`` appends one JSON line per fold with its full-precision curve
+(what ``benchmarks/patience_truncation.py --folds-jsonl`` reads). Used to choose the ``mini``
+budget's schedule (issue 12): a fold at a loss's defaults is not a searched trial, so this is
+evidence about the schedule, not a substitute for the convergence shares that every run record
+carries.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -38,6 +42,7 @@ def main() -> None:
     ap.add_argument("--folds", default="0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--jsonl", default=None, help="append one JSON line per fold (full-precision curve)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     config, data = mlrc_folds(args.dataset, args.data_dir, args.budget, args.set)
@@ -52,10 +57,29 @@ def main() -> None:
             result, _, _ = train_cpu_fold(config, name, params, train, val, args.seed)
             stops.append(result.stopped_by)
             best_epochs.append(result.best_epoch)
+            wall = time.perf_counter() - t0
             curve = " ".join(f"{v:.3f}" for _, v in result.curve)
+            if args.jsonl:
+                line = {
+                    "dataset": args.dataset,
+                    "loss": name,
+                    "fold": fold,
+                    "seed": args.seed,
+                    "patience": config.train.patience,
+                    "eval_every": config.train.eval_every,
+                    "iters_per_epoch": config.train.iters_per_epoch,
+                    "best_val_map_at_r": result.best_val,
+                    "best_epoch": result.best_epoch,
+                    "epochs": result.epochs,
+                    "stopped_by": result.stopped_by,
+                    "wall_s": round(wall, 3),
+                    "curve": [[int(e), float(v)] for e, v in result.curve],
+                }
+                with open(args.jsonl, "a") as out:
+                    out.write(json.dumps(line) + "\n")
             print(
                 f"{args.dataset} {name} f{fold}: best {result.best_val:.3f}@{result.best_epoch} "
-                f"stop {result.stopped_by}@{result.epochs} {time.perf_counter() - t0:.1f}s | {curve}",
+                f"stop {result.stopped_by}@{result.epochs} {wall:.1f}s | {curve}",
                 flush=True,
             )
     print(
