@@ -44,3 +44,31 @@ def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
     change = variant - np.mean(groups[loss])
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(tau2 * (1 + 1 / len(groups[loss])))
     assert f"{100 * change:+.2f} ± {100 * half:.2f}" in row
+
+
+def test_against_a_variant_the_reference_is_that_variants_record() -> None:
+    sens = _module()
+    folder = sens.OUT_ROOT / "{}" / "omniglot" / "mlrc" / "records"
+    losses = sorted(
+        {p.name.split(".")[0] for p in Path(str(folder).format("patience5")).glob("*.json")}
+        & {p.name.split(".")[0] for p in Path(str(folder).format("eval100")).glob("*.json")}
+    )
+    assert losses, "no loss with both committed variants"
+    loss = losses[0]
+    lines = sens.table("separated", "sep", ["eval100"], against="patience5")
+    (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
+    by_loss = {
+        name: [
+            np.mean(sens.rep_values(sens.load_record(p), "separated"))
+            for p in sorted(sens.BASELINE.glob(f"{name}.mini.seed*.json"))
+        ]
+        for name in sens.FAMILIES
+    }
+    ss = sum(((np.array(m) - np.mean(m)) ** 2).sum() for m in by_loss.values())
+    df = sum(len(m) - 1 for m in by_loss.values())
+    tau2 = ss / df
+    a = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("eval100", loss)[0]), "separated"))
+    b = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("patience5", loss)[0]), "separated"))
+    half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
+    assert f"{100 * (a - b):+.2f} ± {100 * half:.2f}" in row
+    assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
