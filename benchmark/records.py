@@ -1,12 +1,17 @@
-"""The run record's schema: typed, validated at load, with a kind and a version.
+"""The run record's schema: one declaration for writing and reading, with a kind and a version.
 
-A run writes one JSON record (``results/<dataset>/<protocol>/records/*.json``); every reader of
-records (leaderboards, plots, significance tables, published-value joins, the Python API) goes
-through :func:`parse_record` / :func:`load_records`, which check the fields those readers use and
-turn them into the frozen dataclasses below. A record that breaks the schema is a
-:class:`RecordError` naming the file, the key (as a dotted path) and the expected type; fields no
-reader uses (``environment`` beyond git, ``execution``, ``rep_details`` ...) stay in
-:attr:`RunRecord.document` untouched.
+A run writes one JSON record (``results/<dataset>/<protocol>/records/*.json``). The schema is
+declared once, by the TypedDicts below (:class:`RunRecordDoc` and its parts; a plugin's entry is
+:class:`benchmark.registry.PluginSourceDoc`): the writers build them (mypy checks every key and
+type), and every reader of records (leaderboards, plots, significance tables, published-value
+joins, the Python API) goes through :func:`parse_record` / :func:`load_records`, which validate a
+document by walking the same annotations (:func:`parse_document`) and return it typed by them:
+:attr:`RunRecord.parsed` is a :class:`RunRecordDoc`, :attr:`RunRecord.test` and
+:attr:`RunRecord.search` its parts; :class:`RunRecord`'s other fields are derived from it. How a
+reader treats an absent or null key is declared beside the key (``Annotated[T, Read(...)]``,
+:mod:`benchmark.schema`). A record that breaks the schema is a :class:`RecordError` naming the
+file, the key (as a dotted path) and the expected type; sections typed ``dict[str, Any]``
+(``environment``, ``execution``, ``rep_details`` ...) are checked as objects only.
 
 Schema
 ------
@@ -35,7 +40,10 @@ when that names a known kind; else ``mlrc`` (the kind of a protocol file without
 
 Lenient on purpose: the fields readers can do without are optional with a stated default
 (``budget`` "unknown", ``loss_display_name`` = ``loss``, ``seed`` None, ``created`` "", empty
-summaries), so hand-made and partial records (tests, older runs) still render.
+summaries; each declared by its key's ``Read``), so hand-made and partial records (tests, older
+runs) still render. A required key such a record lacks reads as its default, or None where its
+type admits None; an optional key stays absent. Reading adds nothing else: a record written by
+the current writers reads back as the same document, byte for byte when written again.
 """
 
 from __future__ import annotations
@@ -46,13 +54,26 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, NoReturn, TypedDict
+from types import UnionType
+from typing import (
+    Annotated,
+    Any,
+    NoReturn,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 from benchmark.config import Deviation
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.registry import PluginSource, PluginSourceDoc, Registry
+from benchmark.schema import NEEDED, Read
 
 SCHEMA_PREFIX = "dmlbench.run/"
 SCHEMA_VERSION = 1
@@ -97,85 +118,192 @@ class RecordError(DmlbenchError):
     """A record that does not follow the schema: names the file, the key and what was expected."""
 
 
-# -- the typed record -------------------------------------------------------------------------
+# -- the schema: the written document, read as it is written ----------------------------------
+# The one declaration of a record (schema SCHEMA): the protocols' record writers build these
+# TypedDicts (benchmark.protocol.base.ProtocolRun.record_header, mlrc_run and repeated
+# build_record; mypy checks every key and type), and parse_record validates a document by walking
+# the same annotations (_parse_value), so a reader holds the very types the writers built.
+# TypedDicts are plain dicts at run time: the JSON is what the writers always wrote (key order
+# included). Every key a run writes is declared (required: written by every protocol; optional:
+# by some). How a reader treats an absent or null key is declared beside the key (Annotated[T,
+# Read(...)], benchmark.schema); without one, an absent key is allowed (older and hand-made
+# records: the leniency of the module docstring): a required one reads as None when its type
+# admits None, an optional one stays absent.
+# Sections no reader parses stay dict[str, Any]. A new optional key keeps SCHEMA_VERSION;
+# renaming or removing one is a new version.
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A summary over repetitions: mean and 95% half-width (None: no value / no interval)."""
+class IntervalDoc(TypedDict):
+    """A summary over repetitions (:func:`benchmark.engine.evaluation.interval_dict`); null where
+    the value was NaN (no value, no interval: one repetition)."""
 
-    mean: float | None
+    mean: Annotated[float | None, NEEDED]
     half_width: float | None
+    n: int
+    low: float | None
+    high: float | None
 
 
-@dataclass(frozen=True)
-class TestResults:
-    """``test``: repetitions, metric names, evaluation modes, per-rep values and summaries."""
+class DeviationDoc(TypedDict):
+    """A :class:`benchmark.config.Deviation` as the record holds it (an entry of ``deviations``)."""
 
-    reps: int
-    metrics: tuple[str, ...]
-    #: (mode, label) column groups: the record's ``test.modes`` or its kind's default modes.
-    modes: tuple[tuple[str, str], ...]
-    #: Whether the record named its modes itself (``test.modes``).
-    named_modes: bool
-    summary: Mapping[str, Mapping[str, Interval]]
-    per_rep: Mapping[str, Mapping[str, tuple[float, ...]]]
-    #: Further per-rep summaries (e.g. cbir's query times), by name.
-    extra_summary: Mapping[str, Interval]
-
-    def has_mode(self, mode: str) -> bool:
-        """Whether this record evaluates ``mode``."""
-        return any(m == mode for m, _ in self.modes)
+    key: Annotated[str, NEEDED]
+    paper: Any
+    value: Any
 
 
-@dataclass(frozen=True)
-class Fold:
-    """One fold training of a search trial: its validation curve (epoch, value) and best epoch."""
+class ParamRangeDoc(TypedDict):
+    """``search.space[name]``: a searched hyperparameter's range."""
 
-    curve: tuple[tuple[float, float], ...]
+    low: Annotated[float, NEEDED]
+    high: Annotated[float, NEEDED]
+    log: Annotated[bool, Read(default=lambda: False)]
+
+
+class _FoldDoc(TypedDict):
+    best_val_map_at_r: float
     best_epoch: int | None
+    epochs: int
+    stopped_by: str
+    wall_s: float
+    curve: Annotated[list[tuple[float, float]], Read(default=list, null=True)]
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One search trial (``search.trials[i]``)."""
+class FoldDoc(_FoldDoc, total=False):
+    """A fold training of a search trial (``search.trials[i].folds[k]``): the fold's result as
+    :meth:`benchmark.engine.train.FoldResult.to_dict` writes it (through the Optuna trial's
+    attributes, hence untyped until here): its validation curve of ``(epoch, value)`` pairs, best
+    epoch, why it stopped and (since results carry it) the code that trained it."""
+
+    code: str
+
+
+class TrialDoc(TypedDict):
+    """One search trial (``search.trials[i]``, written by
+    :meth:`benchmark.protocol.search_stage.SearchStage.trial_records`)."""
 
     number: int | None
-    state: str
-    value: float | None
+    state: Annotated[str, NEEDED]
     origin: str | None
+    params: Annotated[dict[str, float], Read(default=dict, null=True)]
+    value: float | None
+    sampler_value: float | None
+    interruptions: int
     fold_sem: float | None
-    params: Mapping[str, float]
-    folds: tuple[Fold, ...]
+    wall_s: float | None
+    failure: Any
+    interrupted: bool
+    folds: Annotated[list[FoldDoc], Read(default=list, null=True)]
 
 
-@dataclass(frozen=True)
-class ParamRange:
-    """A searched hyperparameter's range (``search.space[name]``)."""
+class SearchDoc(TypedDict):
+    """``search`` of an MLRC record (``trials``: the search stage's)."""
 
-    low: float
-    high: float
-    log: bool
-
-
-@dataclass(frozen=True)
-class Search:
-    """``search``: the hyperparameter search of an MLRC run."""
-
-    n_trials: int
+    sampler: str
+    n_trials: Annotated[int, NEEDED]
+    space: Annotated[dict[str, ParamRangeDoc], Read(default=dict, null=True)]
+    fixed: dict[str, float]
     best_trial: int | None
-    space: Mapping[str, ParamRange]
-    trials: tuple[Trial, ...]
+    best_value: float | None
+    best_params: dict[str, float]
+    trials: Annotated[list[TrialDoc], Read(default=list)]
 
-    @property
-    def complete(self) -> int:
-        """How many trials completed."""
-        return sum(1 for t in self.trials if t.state == "COMPLETE")
+
+def completed_trials(search: SearchDoc) -> int:
+    """How many trials of ``search`` completed."""
+    return sum(1 for t in search["trials"] if t["state"] == "COMPLETE")
+
+
+class _RecordTestDoc(TypedDict):
+    reps: Annotated[int, NEEDED]
+    metrics: Annotated[list[str], Read(required=True, expected="a list of metric names")]
+    per_rep: Annotated[dict[str, dict[str, list[float]]], Read(default=dict, null=True)]
+    summary: Annotated[dict[str, dict[str, IntervalDoc]], Read(default=dict, null=True)]
+    rep_details: list[dict[str, Any]]
+
+
+class RecordTestDoc(_RecordTestDoc, total=False):
+    """``test``: ``modes`` (with ``mode_labels``) where the record kind has no default modes (see
+    :attr:`RunRecord.modes`), ``extra_*`` for further per-rep quantities (e.g. cbir's query times)."""
+
+    modes: list[str]
+    mode_labels: dict[str, str]
+    extra_per_rep: dict[str, list[float]]
+    extra_summary: dict[str, IntervalDoc]
+
+
+class PluginsDoc(TypedDict, total=False):
+    """``plugins``: present only when a component of the run is a plugin."""
+
+    plugins: list[PluginSourceDoc]
+
+
+class RecordHeader(PluginsDoc):
+    """What every protocol's record starts with (``ProtocolRun.record_header``)."""
+
+    schema: str
+    kind: str
+    created: Annotated[str, Read(default=lambda: "", null=True)]
+    protocol: Annotated[str, Read(default=lambda: "", null=True)]
+    dataset: Annotated[str, Read(default=lambda: "", null=True)]
+    loss: Annotated[str, NEEDED]
+    #: Absent or null: read as ``loss``.
+    loss_display_name: Annotated[str, Read(null=True)]
+    embedding_space: str
+    budget: Annotated[str, Read(default=lambda: "unknown", null=True)]
+    seed: Annotated[int, Read(null=True)]
+    run_dir: str
+    config: Annotated[dict[str, Any], Read(default=dict, null=True)]
+    deviations: Annotated[list[DeviationDoc], Read(default=list)]
+    trunk_weights: dict[str, Any] | None
+    dataset_paper_settings: dict[str, Any]
+    schedule: dict[str, Any]
+    loss_dataset_defaults: dict[str, float]
+
+
+class RecordExtras(TypedDict, total=False):
+    """Top-level entries of one protocol's records (``RepeatedRun.record_extras``; cbir's ``two_stage``)."""
+
+    two_stage: bool
+
+
+class _RunRecordDoc(RecordHeader):
+    data: dict[str, Any]
+    environment: Annotated[dict[str, Any], Read(default=dict, null=True)]
+    test: Annotated[RecordTestDoc, NEEDED]
+    # Null where the value was NaN (benchmark.io writes NaN as null).
+    untrained: Annotated[
+        dict[str, dict[str, Annotated[float, Read(null=True)]]], Read(default=dict, null=True)
+    ]
+    timings_s: Annotated[dict[str, Annotated[float, Read(null=True)]], Read(default=dict, null=True)]
+    execution: dict[str, Any]
+
+
+class RunRecordDoc(_RunRecordDoc, RecordExtras, total=False):
+    """A whole run record as written, version :data:`SCHEMA_VERSION`: the header, the protocol's
+    results, then what is added from them (``convergence``) and when it is written (``code``).
+    ``search``: MLRC; ``selection_on_test``, ``notes``, ``training``: the search-free protocols."""
+
+    search: Annotated[SearchDoc, Read(null=True)]
+    selection_on_test: bool
+    notes: list[str]
+    training: dict[str, Any]
+    convergence: dict[str, Any]
+    code: dict[str, Any]
+
+
+# -- the record as read -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """A validated run record (schema :data:`SCHEMA`; a missing ``kind`` derived)."""
+    """A validated run record (schema :data:`SCHEMA`; a missing ``kind`` derived).
+
+    :attr:`parsed` is the document as the schema's TypedDicts type it (:class:`RunRecordDoc`, the
+    type the writers built), with the read defaults filled in; :attr:`test`, :attr:`search` and the
+    identity fields are its parts, and the rest are what a reader derives from it (the kind, the
+    evaluation modes, the code version, the plugin sources and deviations as their own types).
+    """
 
     source: str
     version: int
@@ -191,17 +319,28 @@ class RunRecord:
     dirty: bool
     embedding_dim: int | None
     n_folds: int | None
-    test: TestResults
+    test: RecordTestDoc
+    #: (mode, label) column groups: the record's ``test.modes`` or its kind's default modes.
+    modes: tuple[tuple[str, str], ...]
+    #: Whether the record named its modes itself (``test.modes``).
+    named_modes: bool
+    # Null where the value was NaN, hence ``| None`` (the declaration says so in its Read).
     untrained: Mapping[str, Mapping[str, float | None]]
     deviations: tuple[Deviation, ...]
     notes: tuple[str, ...]
     plugins: tuple[PluginSource, ...]
-    search: Search | None
+    search: SearchDoc | None
     timings_s: Mapping[str, float | None]
+    #: The document as the schema types it, read defaults filled in.
+    parsed: RunRecordDoc = field(repr=False, compare=False)
     #: What the migration derived (empty for a record with every field of the current schema).
     migrated: tuple[str, ...] = ()
-    #: The whole JSON document, for fields outside this schema.
+    #: The whole JSON document as read, for fields outside this schema.
     document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def has_mode(self, mode: str) -> bool:
+        """Whether this record evaluates ``mode``."""
+        return any(m == mode for m, _ in self.modes)
 
     @property
     def commit(self) -> str:
@@ -237,131 +376,6 @@ class RunRecord:
         return None if search is None or test is None else search + test
 
 
-# -- the written document ---------------------------------------------------------------------
-# What a run writes, typed (schema SCHEMA): the protocols' record writers build these
-# (benchmark.protocol.base.ProtocolRun.record_header, mlrc_run and repeated build_record), and
-# parse_record reads the same keys into the dataclasses above. TypedDicts are plain dicts at run
-# time, so the JSON is what the writers always wrote (key order included). Every key a run writes
-# is declared (required: written by every protocol; optional: by some); parse_record stays lenient
-# where the module docstring says so (records written before a key existed), and sections no reader
-# parses stay dict[str, Any]. A new optional key keeps SCHEMA_VERSION; renaming or removing one is
-# a new version.
-
-
-class IntervalDoc(TypedDict):
-    """A summary over repetitions (:func:`benchmark.engine.evaluation.interval_dict`): read as
-    :class:`Interval` (``mean``, ``half_width``)."""
-
-    mean: float
-    half_width: float
-    n: int
-    low: float
-    high: float
-
-
-class DeviationDoc(TypedDict):
-    """A :class:`benchmark.config.Deviation` as the record holds it (an entry of ``deviations``)."""
-
-    key: str
-    paper: Any
-    value: Any
-
-
-class ParamRangeDoc(TypedDict):
-    """``search.space[name]``, read as :class:`ParamRange`."""
-
-    low: float
-    high: float
-    log: bool
-
-
-class SearchDoc(TypedDict):
-    """``search`` of an MLRC record, read as :class:`Search` (``trials``: the search stage's)."""
-
-    sampler: str
-    n_trials: int
-    space: dict[str, ParamRangeDoc]
-    fixed: dict[str, float]
-    best_trial: int | None
-    best_value: float | None
-    best_params: dict[str, float]
-    trials: list[dict[str, Any]]
-
-
-class _RecordTestDoc(TypedDict):
-    reps: int
-    metrics: list[str]
-    per_rep: dict[str, dict[str, list[float]]]
-    summary: dict[str, dict[str, IntervalDoc]]
-    rep_details: list[dict[str, Any]]
-
-
-class RecordTestDoc(_RecordTestDoc, total=False):
-    """``test``, read as :class:`TestResults`: ``modes`` (with ``mode_labels``) where the record
-    kind has no default modes, ``extra_*`` for further per-rep quantities."""
-
-    modes: list[str]
-    mode_labels: dict[str, str]
-    extra_per_rep: dict[str, list[float]]
-    extra_summary: dict[str, IntervalDoc]
-
-
-class PluginsDoc(TypedDict, total=False):
-    """``plugins``: present only when a component of the run is a plugin."""
-
-    plugins: list[PluginSourceDoc]
-
-
-class RecordHeader(PluginsDoc):
-    """What every protocol's record starts with (``ProtocolRun.record_header``)."""
-
-    schema: str
-    kind: str
-    created: str
-    protocol: str
-    dataset: str
-    loss: str
-    loss_display_name: str
-    embedding_space: str
-    budget: str
-    seed: int
-    run_dir: str
-    config: dict[str, Any]
-    deviations: list[DeviationDoc]
-    trunk_weights: dict[str, Any] | None
-    dataset_paper_settings: dict[str, Any]
-    schedule: dict[str, Any]
-    loss_dataset_defaults: dict[str, float]
-
-
-class RecordExtras(TypedDict, total=False):
-    """Top-level entries of one protocol's records (``RepeatedRun.record_extras``; cbir's ``two_stage``)."""
-
-    two_stage: bool
-
-
-class _RunRecordDoc(RecordHeader):
-    data: dict[str, Any]
-    environment: dict[str, Any]
-    test: RecordTestDoc
-    untrained: dict[str, dict[str, float]]
-    timings_s: dict[str, float]
-    execution: dict[str, Any]
-
-
-class RunRecordDoc(_RunRecordDoc, RecordExtras, total=False):
-    """A whole run record as written, version :data:`SCHEMA_VERSION`: the header, the protocol's
-    results, then what is added from them (``convergence``) and when it is written (``code``).
-    ``search``: MLRC; ``selection_on_test``, ``notes``, ``training``: the search-free protocols."""
-
-    search: SearchDoc
-    selection_on_test: bool
-    notes: list[str]
-    training: dict[str, Any]
-    convergence: dict[str, Any]
-    code: dict[str, Any]
-
-
 # -- validation -------------------------------------------------------------------------------
 
 
@@ -390,64 +404,29 @@ class _Check:
             "Fix or move the file (records are written by `dmlbench run`; see benchmark/records.py)."
         )
 
-    def obj(self, value: object, key: str) -> Mapping[str, Any]:
+    def obj(self, value: object, key: str, expected: str = "an object") -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
-            self.fail(key, "an object", value)
+            self.fail(key, expected, value)
         return value
-
-    def get(self, data: Mapping[str, Any], name: str, key: str, *, required: bool, expected: str) -> Any:
-        if name not in data:
-            if required:
-                self.missing(f"{key}{name}", expected)
-            return None
-        return data[name]
 
     def opt_obj(self, data: Mapping[str, Any], name: str, key: str) -> Mapping[str, Any]:
         value = data.get(name)
         return {} if value is None else self.obj(value, key + name)
 
-    def string(self, data: Mapping[str, Any], name: str, key: str, default: str | None = None) -> str:
-        value = self.get(data, name, key, required=default is None, expected="a string")
-        if value is None and default is not None:
-            return default
-        if not isinstance(value, str):
-            self.fail(key + name, "a string", value)
-        return value
-
-    def opt_string(self, data: Mapping[str, Any], name: str, key: str) -> str | None:
-        value = data.get(name)
-        if value is not None and not isinstance(value, str):
-            self.fail(key + name, "a string or null", value)
-        return value
-
-    def integer(self, value: object, key: str) -> int:
+    def integer(self, value: object, key: str, expected: str = "an integer") -> int:
         if not isinstance(value, int) or isinstance(value, bool):
-            self.fail(key, "an integer", value)
+            self.fail(key, expected, value)
         return value
 
-    def opt_int(self, data: Mapping[str, Any], name: str, key: str) -> int | None:
-        value = data.get(name)
-        return None if value is None else self.integer(value, key + name)
-
-    def number(self, value: object, key: str) -> float:
+    def number(self, value: object, key: str, expected: str = "a number") -> float:
         if not isinstance(value, int | float) or isinstance(value, bool):
-            self.fail(key, "a number", value)
+            self.fail(key, expected, value)
         return float(value)
 
-    def opt_number(self, value: object, key: str) -> float | None:
-        return None if value is None else self.number(value, key)
-
-    def seq(self, value: object, key: str) -> Sequence[Any]:
+    def seq(self, value: object, key: str, expected: str = "a list") -> Sequence[Any]:
         if not isinstance(value, list):
-            self.fail(key, "a list", value)
+            self.fail(key, expected, value)
         return value
-
-    def strings(self, value: object, key: str) -> tuple[str, ...]:
-        items = self.seq(value, key)
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                self.fail(f"{key}[{i}]", "a string", item)
-        return tuple(items)
 
 
 def schema_version(data: Mapping[str, Any], source: str) -> int:
@@ -476,7 +455,9 @@ def _kind(data: Mapping[str, Any], check: _Check) -> tuple[str, tuple[str, ...]]
     """The record's kind and what the migration derived (see the module docstring)."""
     how: tuple[str, ...] = ()
     if "kind" in data:
-        kind = check.string(data, "kind", "")
+        kind = data["kind"]
+        if not isinstance(kind, str):
+            check.fail("kind", "a string", kind)
     else:
         config = data.get("config")
         section = config.get("protocol") if isinstance(config, Mapping) else None
@@ -497,79 +478,142 @@ def _kind(data: Mapping[str, Any], check: _Check) -> tuple[str, tuple[str, ...]]
     return kind, how
 
 
-def _interval(check: _Check, value: object, key: str) -> Interval:
-    cell = check.obj(value, key)
-    if "mean" not in cell:
-        check.missing(f"{key}.mean", "a number or null")
-    return Interval(
-        check.opt_number(cell["mean"], key + ".mean"),
-        check.opt_number(cell.get("half_width"), key + ".half_width"),
-    )
+def _expected(tp: Any, rule: Read) -> str:
+    """How an error names what the annotation ``tp`` expects (``a number or null``)."""
+    if rule.expected is not None:
+        return rule.expected
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    args = get_args(tp) if get_origin(tp) in (Union, UnionType) else ()
+    if args and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return f"{_expected(inner, Read())} or null"
+    base = get_origin(tp) or tp
+    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list"}
+    if base is tuple:
+        return f"a list of {len(get_args(tp))} numbers"
+    if base is dict or is_typeddict(base):
+        return "an object"
+    text = names.get(base, "anything")
+    return f"{text} or null" if rule.null else text
 
 
-def _test(check: _Check, data: Mapping[str, Any], kind: str) -> TestResults:
-    test = check.obj(check.get(data, "test", "", required=True, expected="an object"), "test")
-    reps = check.integer(check.get(test, "reps", "test.", required=True, expected="an integer"), "test.reps")
-    metrics = check.strings(
-        check.get(test, "metrics", "test.", required=True, expected="a list of metric names"), "test.metrics"
-    )
-    default = RECORD_KINDS.get(kind).default_modes
-    if "modes" in test:
-        labels = check.opt_obj(test, "mode_labels", "test.")
-        modes = tuple((m, str(labels.get(m, m))) for m in check.strings(test["modes"], "test.modes"))
-    elif default is None:
-        check.missing("test.modes", f"a list of mode names; a {kind} record names its evaluation modes")
-    else:
-        modes = default
-    summary = {
-        mode: {
-            m: _interval(check, cell, f"test.summary.{mode}.{m}")
-            for m, cell in check.obj(cells, f"test.summary.{mode}").items()
+def _unwrap(tp: Any) -> tuple[Any, Read]:
+    """The type of an annotation and its :class:`Read` rule (``Annotated[T, Read(...)]``)."""
+    if get_origin(tp) is Annotated:
+        inner, *meta = get_args(tp)
+        return inner, next((m for m in meta if isinstance(m, Read)), Read())
+    return tp, Read()
+
+
+@cache
+def _keys(doc_type: type) -> dict[str, Any]:
+    """A TypedDict's keys and their annotations (the inherited ones included, metadata kept)."""
+    return get_type_hints(doc_type, include_extras=True)
+
+
+def _parse_value(check: _Check, value: object, annotation: Any, key: str) -> Any:
+    """``value`` checked against a schema annotation: the parsed value (a TypedDict's read
+    defaults filled in, numbers as float where the schema says float, ``(epoch, value)`` pairs as
+    tuples), or a :class:`RecordError` naming ``key`` (a dotted path) and what was expected.
+
+    Keys a TypedDict does not declare are kept as they are (a record of a later dmlbench within
+    the same version may carry more)."""
+    tp, rule = _unwrap(annotation)
+    expected = _expected(tp, rule)
+    args = get_args(tp) if get_origin(tp) in (Union, UnionType) else ()
+    if value is None and (rule.null or type(None) in args):
+        return rule.default() if rule.default is not None else None
+    if args:  # X | None (the only unions of the schema) with a value
+        (tp,) = [a for a in args if a is not type(None)]
+    base = get_origin(tp) or tp
+    if tp is Any:
+        return value
+    if base is float:  # an int is a float here (typing's numeric tower), kept as written
+        check.number(value, key, expected)
+        return value
+    if base is int:
+        return check.integer(value, key, expected)
+    if base in (str, bool):
+        if not isinstance(value, base):
+            check.fail(key, expected, value)
+        return value
+    if base is list:
+        (item,) = get_args(tp)
+        return [
+            _parse_value(check, v, item, f"{key}[{i}]") for i, v in enumerate(check.seq(value, key, expected))
+        ]
+    if base is tuple:
+        items = check.seq(value, key, expected)
+        if len(items) != len(get_args(tp)):
+            check.fail(key, expected, items)
+        return tuple(_parse_value(check, v, a, key) for v, a in zip(items, get_args(tp), strict=True))
+    if base is dict:
+        _, item = get_args(tp)
+        return {
+            k: _parse_value(check, v, item, f"{key}.{k}") for k, v in check.obj(value, key, expected).items()
         }
-        for mode, cells in check.opt_obj(test, "summary", "test.").items()
+    if is_typeddict(tp):
+        return _parse_doc(check, check.obj(value, key, expected), tp, f"{key}." if key else "")
+    raise TypeError(f"benchmark.records: the schema annotation {annotation!r} of {key!r} is not readable")
+
+
+def _parse_doc(check: _Check, data: Mapping[str, Any], doc_type: type, prefix: str) -> dict[str, Any]:
+    """A TypedDict ``doc_type`` read from ``data`` (see :func:`_parse_value`; keys in their order)."""
+    keys = _keys(doc_type)
+    out = {
+        name: _parse_value(check, value, keys[name], prefix + name) if name in keys else value
+        for name, value in data.items()
     }
-    per_rep: dict[str, dict[str, tuple[float, ...]]] = {}
-    for mode, values in check.opt_obj(test, "per_rep", "test.").items():
-        per_rep[mode] = {}
-        for m, reps_values in check.obj(values, f"test.per_rep.{mode}").items():
-            key = f"test.per_rep.{mode}.{m}"
-            per_rep[mode][m] = tuple(
-                check.number(v, f"{key}[{i}]") for i, v in enumerate(check.seq(reps_values, key))
-            )
-    extra = {
-        name: _interval(check, cell, f"test.extra_summary.{name}")
-        for name, cell in check.opt_obj(test, "extra_summary", "test.").items()
-    }
-    config = data.get("config")
-    test_config = config.get("test") if isinstance(config, Mapping) else None
-    level = test_config.get("confidence", 0.95) if isinstance(test_config, Mapping) else 0.95
-    confidence = float(level) if isinstance(level, int | float) and 0 < level < 1 else 0.95
-    _check_values(check, reps, summary, per_rep, extra, confidence)
-    return TestResults(reps, metrics, modes, "modes" in test, summary, per_rep, extra)
+    for name, annotation in keys.items():
+        if name in out:
+            continue
+        tp, rule = _unwrap(annotation)
+        if rule.required:
+            check.missing(prefix + name, _expected(tp, rule))
+        if name not in doc_type.__required_keys__:  # type: ignore[attr-defined]
+            continue  # an optional key stays absent: readers .get it, as its type says
+        if rule.default is not None:
+            out[name] = rule.default()
+        elif get_origin(tp) in (Union, UnionType) and type(None) in get_args(tp):
+            out[name] = None
+    return out
+
+
+def parse_document(data: Mapping[str, Any], source: str = "<record>") -> RunRecordDoc:
+    """A record document validated against the schema (:class:`RunRecordDoc`) and typed by it:
+    the writers' own type, with the read defaults filled in (the input is not changed)."""
+    return cast(RunRecordDoc, _parse_doc(_Check(source), data, RunRecordDoc, ""))
+
+
+def _modes(check: _Check, test: RecordTestDoc, kind: str) -> tuple[tuple[str, str], ...]:
+    """The (mode, label) column groups: ``test.modes`` or the kind's default modes."""
+    if "modes" in test:
+        labels = test.get("mode_labels", {})
+        return tuple((m, labels.get(m, m)) for m in test["modes"])
+    default = RECORD_KINDS.get(kind).default_modes
+    if default is None:
+        check.missing("test.modes", f"a list of mode names; a {kind} record names its evaluation modes")
+    return default
 
 
 #: How far a stored summary may be from the one its per-rep values give (float round-off only).
 SUMMARY_RTOL = 1e-6
 
 
-def _check_values(
-    check: _Check,
-    reps: int,
-    summary: Mapping[str, Mapping[str, Interval]],
-    per_rep: Mapping[str, Mapping[str, tuple[float, ...]]],
-    extra: Mapping[str, Interval],
-    confidence: float,
-) -> None:
+def _check_values(check: _Check, test: RecordTestDoc, confidence: float) -> None:
     """Values, not just shapes: finite numbers, as many per-rep values as ``test.reps``, and
     summaries that are the t-intervals of their per-rep values. A record failing these would be
     rendered (a 1e999 mean shown bold as the best), so it is refused, naming the key."""
+    reps, summary, per_rep = test["reps"], test["summary"], test["per_rep"]
     cells = [(f"test.summary.{mode}.{m}", c) for mode, cs in summary.items() for m, c in cs.items()]
-    cells += [(f"test.extra_summary.{name}", c) for name, c in extra.items()]
+    cells += [(f"test.extra_summary.{name}", c) for name, c in test.get("extra_summary", {}).items()]
     for key, cell in cells:
-        if cell.mean is not None and not math.isfinite(cell.mean):
-            check.fail(f"{key}.mean", "a finite number or null", cell.mean)
-        if cell.half_width is not None and not (math.isfinite(cell.half_width) and cell.half_width >= 0):
-            check.fail(f"{key}.half_width", "a finite number >= 0 or null", cell.half_width)
+        mean, half_width = cell["mean"], cell["half_width"]
+        if mean is not None and not math.isfinite(mean):
+            check.fail(f"{key}.mean", "a finite number or null", mean)
+        if half_width is not None and not (math.isfinite(half_width) and half_width >= 0):
+            check.fail(f"{key}.half_width", "a finite number >= 0 or null", half_width)
     for mode, values in per_rep.items():
         for m, reps_values in values.items():
             key = f"test.per_rep.{mode}.{m}"
@@ -579,14 +623,16 @@ def _check_values(
             if len(reps_values) != reps:
                 check.fail(key, f"a list of test.reps = {reps} values", list(reps_values))
             stored = summary.get(mode, {}).get(m)
-            if stored is None or stored.mean is None or not reps_values:
+            if stored is None or stored["mean"] is None or not reps_values:
                 continue
             from benchmark.stats.intervals import t_interval
 
             ref = t_interval(reps_values, confidence)
-            if not math.isclose(stored.mean, ref.mean, rel_tol=SUMMARY_RTOL, abs_tol=1e-12):
-                check.fail(f"test.summary.{mode}.{m}.mean", f"the mean of {key} ({ref.mean!r})", stored.mean)
-            hw = stored.half_width
+            if not math.isclose(stored["mean"], ref.mean, rel_tol=SUMMARY_RTOL, abs_tol=1e-12):
+                check.fail(
+                    f"test.summary.{mode}.{m}.mean", f"the mean of {key} ({ref.mean!r})", stored["mean"]
+                )
+            hw = stored["half_width"]
             known = hw is not None and math.isfinite(ref.half_width)
             if (
                 hw is not None
@@ -600,76 +646,27 @@ def _check_values(
                 )
 
 
-def _search(check: _Check, data: Mapping[str, Any]) -> Search | None:
-    if data.get("search") is None:
-        return None
-    search = check.obj(data["search"], "search")
-    n_trials = check.integer(
-        check.get(search, "n_trials", "search.", required=True, expected="an integer"), "search.n_trials"
+def _plugin_sources(plugins: Sequence[PluginSourceDoc]) -> tuple[PluginSource, ...]:
+    # The type the run wrote (benchmark.registry.PluginSource.to_dict): one schema.
+    return tuple(
+        PluginSource(
+            p["kind"],
+            p["name"],
+            p["ref"],
+            p["module"],
+            p["file"],
+            p["sha256"],
+            p["distribution"],
+            p["version"],
+        )
+        for p in plugins
     )
-    space = {}
-    for name, rng in check.opt_obj(search, "space", "search.").items():
-        key = f"search.space.{name}"
-        r = check.obj(rng, key)
-        low = check.number(check.get(r, "low", key + ".", required=True, expected="a number"), key + ".low")
-        high = check.number(
-            check.get(r, "high", key + ".", required=True, expected="a number"), key + ".high"
-        )
-        space[name] = ParamRange(low, high, bool(r.get("log", False)))
-    trials = []
-    for i, raw in enumerate(check.seq(search.get("trials", []), "search.trials")):
-        key = f"search.trials[{i}]"
-        t = check.obj(raw, key)
-        folds = []
-        for k, fraw in enumerate(check.seq(t.get("folds") or [], key + ".folds")):
-            fkey = f"{key}.folds[{k}]"
-            f = check.obj(fraw, fkey)
-            curve = []
-            for j, point in enumerate(check.seq(f.get("curve") or [], fkey + ".curve")):
-                pkey = f"{fkey}.curve[{j}]"
-                pair = check.seq(point, pkey)
-                if len(pair) != 2:
-                    check.fail(pkey, "an [epoch, value] pair", pair)
-                curve.append((check.number(pair[0], pkey), check.number(pair[1], pkey)))
-            folds.append(Fold(tuple(curve), check.opt_int(f, "best_epoch", fkey + ".")))
-        params = {
-            p: check.number(v, f"{key}.params.{p}") for p, v in check.opt_obj(t, "params", key + ".").items()
-        }
-        trials.append(
-            Trial(
-                check.opt_int(t, "number", key + "."),
-                check.string(t, "state", key + "."),
-                check.opt_number(t.get("value"), key + ".value"),
-                check.opt_string(t, "origin", key + "."),
-                check.opt_number(t.get("fold_sem"), key + ".fold_sem"),
-                params,
-                tuple(folds),
-            )
-        )
-    return Search(n_trials, check.opt_int(search, "best_trial", "search."), space, tuple(trials))
 
 
 def parse_plugins(data: Mapping[str, Any], source: str = "<record>") -> tuple[PluginSource, ...]:
     """``plugins`` of a record document: where its outside components came from (may be absent)."""
-    check = _Check(source)
-    plugins = []
-    for i, raw in enumerate(check.seq(data.get("plugins", []), "plugins")):
-        key = f"plugins[{i}]."
-        p = check.obj(raw, key[:-1])
-        plugins.append(
-            # The type the run wrote (benchmark.registry.PluginSource.to_dict): one schema.
-            PluginSource(
-                kind=check.string(p, "kind", key),
-                name=check.string(p, "name", key),
-                ref=check.string(p, "ref", key),
-                module=check.string(p, "module", key),
-                file=check.opt_string(p, "file", key),
-                sha256=check.opt_string(p, "sha256", key),
-                distribution=check.opt_string(p, "distribution", key),
-                version=check.opt_string(p, "version", key),
-            )
-        )
-    return tuple(plugins)
+    keys = _keys(PluginsDoc)
+    return _plugin_sources(_parse_value(_Check(source), data.get("plugins", []), keys["plugins"], "plugins"))
 
 
 def parse_record(data: object, source: str = "<record>") -> RunRecord:
@@ -682,50 +679,44 @@ def parse_record(data: object, source: str = "<record>") -> RunRecord:
         raise RecordError(f"Run record {source}: not a JSON object (found {_describe(data)}).")
     version = schema_version(data, source)
     kind, migrated = _kind(data, check)
-    loss = check.string(data, "loss", "")
-    config = check.opt_obj(data, "config", "")
+    doc = parse_document(data, source)
+    config = doc["config"]
     model = check.opt_obj(config, "model", "config.")
     protocol_section = check.opt_obj(config, "protocol", "config.")
-    git = check.opt_obj(check.opt_obj(data, "environment", ""), "git", "environment.")
-    untrained = {
-        mode: {
-            m: check.opt_number(v, f"untrained.{mode}.{m}")
-            for m, v in check.obj(cells, f"untrained.{mode}").items()
-        }
-        for mode, cells in check.opt_obj(data, "untrained", "").items()
-    }
-    deviations = []
-    for i, raw in enumerate(check.seq(data.get("deviations", []), "deviations")):
-        d = check.obj(raw, f"deviations[{i}]")
-        deviations.append(
-            # The type the run derived and wrote (benchmark.config.deviations): one schema.
-            Deviation(check.string(d, "key", f"deviations[{i}]."), d.get("paper"), d.get("value"))
-        )
-    seed = data.get("seed")
+    git = check.opt_obj(doc["environment"], "git", "environment.")
+    test = doc["test"]
+    modes = _modes(check, test, kind)
+    test_config = config.get("test")
+    level = test_config.get("confidence", 0.95) if isinstance(test_config, Mapping) else 0.95
+    confidence = float(level) if isinstance(level, int | float) and 0 < level < 1 else 0.95
+    _check_values(check, test, confidence)
+    seed: int | None = doc.get("seed")
     return RunRecord(
         source=source,
         version=version,
         kind=kind,
-        protocol=check.string(data, "protocol", "", default=""),
-        dataset=check.string(data, "dataset", "", default=""),
-        loss=loss,
-        loss_display_name=check.string(data, "loss_display_name", "", default=loss),
-        budget=check.string(data, "budget", "", default="unknown"),
-        seed=None if seed is None else check.integer(seed, "seed"),
-        created=check.string(data, "created", "", default=""),
+        protocol=doc["protocol"],
+        dataset=doc["dataset"],
+        loss=doc["loss"],
+        loss_display_name=doc.get("loss_display_name") or doc["loss"],
+        budget=doc["budget"],
+        seed=seed,
+        created=doc["created"],
         git_commit=str(git.get("commit", "unknown")),
         dirty=bool(git.get("dirty")),
         embedding_dim=model.get("embedding_dim") if isinstance(model.get("embedding_dim"), int) else None,
         n_folds=protocol_section.get("n_folds") if isinstance(protocol_section.get("n_folds"), int) else None,
-        test=_test(check, data, kind),
-        untrained=untrained,
-        deviations=tuple(deviations),
-        notes=check.strings(data.get("notes", []), "notes"),
-        plugins=parse_plugins(data, source),
-        search=_search(check, data),
-        timings_s={
-            k: check.opt_number(v, f"timings_s.{k}") for k, v in check.opt_obj(data, "timings_s", "").items()
-        },
+        test=test,
+        modes=modes,
+        named_modes="modes" in test,
+        untrained=doc["untrained"],
+        # The type the run derived and wrote (benchmark.config.deviations): one schema.
+        deviations=tuple(Deviation(d["key"], d.get("paper"), d.get("value")) for d in doc["deviations"]),
+        notes=tuple(doc.get("notes", [])),
+        plugins=_plugin_sources(doc.get("plugins", [])),
+        search=doc.get("search"),
+        timings_s=doc["timings_s"],
+        parsed=doc,
         migrated=migrated,
         document=data,
     )

@@ -40,11 +40,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Annotated, Any, Generic, TypedDict, TypeVar
 
 from benchmark.checks import SAFE_NAME
 from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
 from benchmark.lazy import resolve_target
+from benchmark.schema import NEEDED
 
 T = TypeVar("T")
 
@@ -58,10 +59,11 @@ Adopt = Callable[[object, str], T]
 class PluginSourceDoc(TypedDict):
     """A :class:`PluginSource` as a run record holds it (an entry of the record's ``plugins``)."""
 
-    kind: str
-    name: str
-    ref: str
-    module: str
+    # Read by benchmark.records (what a reader requires is declared here: benchmark.schema).
+    kind: Annotated[str, NEEDED]
+    name: Annotated[str, NEEDED]
+    ref: Annotated[str, NEEDED]
+    module: Annotated[str, NEEDED]
     file: str | None
     sha256: str | None
     distribution: str | None

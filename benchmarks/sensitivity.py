@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def rep_values(record: RunRecord, mode: str) -> tuple[float, ...]:
     """The record's per-repetition test values of MAP@R in ``mode``."""
-    return tuple(record.test.per_rep[mode][METRIC])
+    return tuple(record.test["per_rep"][mode][METRIC])
 
 
 @dataclass(frozen=True)

@@ -6,23 +6,26 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 import pytest
 from test_report_tables import MLRC, make_record, write
 
 from benchmark.config import Deviation
 from benchmark.engine.evaluation import interval_dict
+from benchmark.io import write_json_atomic
 from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol
 from benchmark.records import (
     MLRC_MODES,
     RECORD_KINDS,
     SCHEMA,
-    Interval,
-    ParamRange,
+    FoldDoc,
     RecordError,
     RecordTestDoc,
     RunRecordDoc,
+    TrialDoc,
+    _unwrap,
     load_record,
     load_records,
     parse_record,
@@ -30,7 +33,8 @@ from benchmark.records import (
 from benchmark.registry import PluginSource
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-COMMITTED = sorted(RESULTS.glob("*/*/records/*.json"))
+# Every committed record: results/<dataset>/<protocol>/records and the sensitivity study's deeper ones.
+COMMITTED = sorted(RESULTS.glob("**/records/*.json"))
 BASE = {"map_at_r": 0.3, "precision_at_1": 0.6, "r_precision": 0.4}
 
 
@@ -50,17 +54,17 @@ def test_every_committed_record_validates(path: Path) -> None:
         assert record.migrated == (f"no 'kind': {protocol!r} from config.protocol.name",)
     assert record.version == 1 and document["schema"] == SCHEMA
     assert record.loss == document["loss"] and record.budget == document["budget"]
-    assert list(record.test.metrics) == document["test"]["metrics"] and record.test.metrics
-    mode = record.test.modes[0][0]
-    metric = record.test.metrics[0]
-    assert record.test.summary[mode][metric].mean == document["test"]["summary"][mode][metric]["mean"]
+    assert record.test["metrics"] == document["test"]["metrics"] and record.test["metrics"]
+    mode = record.modes[0][0]
+    metric = record.test["metrics"][0]
+    assert record.test["summary"][mode][metric]["mean"] == document["test"]["summary"][mode][metric]["mean"]
     assert record.commit == document["environment"]["git"]["commit"][:10] + (
         "+dirty" if document["environment"]["git"]["dirty"] else ""
     )
     assert (record.search is not None) == (protocol == "mlrc")
     if record.search is not None:
-        assert len(record.search.trials) == len(document["search"]["trials"])
-        assert record.search.n_trials == document["search"]["n_trials"]
+        assert len(record.search["trials"]) == len(document["search"]["trials"])
+        assert record.search["n_trials"] == document["search"]["n_trials"]
 
 
 def _doc(**changes: Any) -> dict[str, Any]:
@@ -72,14 +76,14 @@ def _doc(**changes: Any) -> dict[str, Any]:
 def test_explicit_kind_is_kept_and_not_migrated() -> None:
     record = parse_record(_doc(kind="mlrc"))
     assert record.kind == "mlrc" and record.migrated == ()
-    assert record.test.modes == (("separated", "Sep."), ("concatenated", "Concat."))
+    assert record.modes == (("separated", "Sep."), ("concatenated", "Concat."))
 
 
 def test_old_record_without_kind_or_schema_migrates() -> None:
     named = _doc(config={"protocol": {"name": "traditional", "n_folds": 1}})
     named["test"] = {**named["test"], "modes": ["test"], "mode_labels": {"test": "Test"}}
     record = parse_record(named)
-    assert record.kind == "traditional" and record.test.modes == (("test", "Test"),)
+    assert record.kind == "traditional" and record.modes == (("test", "Test"),)
     assert record.migrated == ("no 'kind': 'traditional' from config.protocol.name",)
     bare = _doc(protocol="cbir", config={})
     del bare["schema"]
@@ -134,8 +138,8 @@ def test_a_protocol_registers_the_kind_of_its_records() -> None:
         doc["test"] = {**doc["test"], "summary": summary}
         doc["test"].pop("per_rep", None)
         record = parse_record(doc, "x.json")
-        assert record.kind == "toyrecords" and record.test.modes == (("whole", "Whole"),)
-        assert record.test.summary["whole"]["map_at_r"].mean == 0.3
+        assert record.kind == "toyrecords" and record.modes == (("whole", "Whole"),)
+        assert record.test["summary"]["whole"]["map_at_r"]["mean"] == 0.3
     finally:
         PROTOCOLS._items.pop(spec.name)
         RECORD_KINDS._items.pop(spec.name)
@@ -169,7 +173,7 @@ def test_unreadable_files_are_skipped_with_a_warning(
     (folder / "truncated.json").write_text('{"loss": "x", "te')
     (folder / "list.json").write_text("[]")
     records = load_records(folder)
-    assert [r.loss for r in records] == ["ms"] and list(records[0].test.metrics) == MLRC
+    assert [r.loss for r in records] == ["ms"] and records[0].test["metrics"] == MLRC
     err = capsys.readouterr().err
     assert f"skipping unreadable record {folder / 'truncated.json'}" in err
     assert f"skipping {folder / 'list.json'}: not a run record" in err
@@ -274,13 +278,42 @@ def test_records_are_validated_for_values(mutate: Any, key: str, tmp_path: Path)
 
 
 def _typed_mlrc_record() -> RunRecordDoc:
-    """A run record built as the writers build theirs (the typed document, the run's own helpers)."""
+    """A complete run record built as the writers build theirs (the schema's TypedDicts, mypy-checked,
+    and the run's own helpers): every key the schema declares required, at every depth."""
     per_rep = {
         "separated": {"map_at_r": [0.30, 0.34, 0.32], "precision_at_1": [0.6, 0.62, 0.61]},
         "concatenated": {"map_at_r": [0.35, 0.37, 0.36], "precision_at_1": [0.66, 0.64, 0.65]},
     }
     plugin = PluginSource("loss", "margindev", "my_loss:M", "my_loss", "/x/my_loss.py", "ab" * 32, "d", "0.1")
     deviation = Deviation("train.max_epochs", 100, 2)
+    folds: list[FoldDoc] = [
+        {
+            "best_val_map_at_r": 0.25,
+            "best_epoch": 2,
+            "epochs": 2,
+            "stopped_by": "max_epochs",
+            "wall_s": 0.5,
+            "curve": [(1, 0.1), (2, 0.25)],
+            "code": "0123456789ab",
+        }
+    ]
+    trials: list[TrialDoc] = [
+        {
+            "number": k,
+            "state": "COMPLETE",
+            "origin": "sobol" if k == 0 else "sampler",
+            "params": {"margin": 0.1 + 0.3 * k},
+            "value": 0.2 + 0.1 * k,
+            "sampler_value": 0.2 + 0.1 * k,
+            "interruptions": 0,
+            "fold_sem": None,
+            "wall_s": 1.5,
+            "failure": None,
+            "interrupted": False,
+            "folds": folds,
+        }
+        for k in range(2)
+    ]
     return {
         "schema": SCHEMA,
         "kind": "mlrc",
@@ -298,7 +331,7 @@ def _typed_mlrc_record() -> RunRecordDoc:
         "trunk_weights": None,
         "dataset_paper_settings": {},
         "schedule": {},
-        "loss_dataset_defaults": {},
+        "loss_dataset_defaults": {"margin": 0.2},
         "plugins": [plugin.to_dict()],
         "data": {"n_images": 800},
         "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
@@ -310,10 +343,7 @@ def _typed_mlrc_record() -> RunRecordDoc:
             "best_trial": 1,
             "best_value": 0.3,
             "best_params": {"margin": 0.4},
-            "trials": [
-                {"number": 0, "state": "COMPLETE", "value": 0.2, "params": {"margin": 0.1}, "folds": []},
-                {"number": 1, "state": "COMPLETE", "value": 0.3, "params": {"margin": 0.4}, "folds": []},
-            ],
+            "trials": trials,
         },
         "test": {
             "reps": 3,
@@ -331,46 +361,144 @@ def _typed_mlrc_record() -> RunRecordDoc:
     }
 
 
-def test_a_typed_record_round_trips_through_json_and_the_reader() -> None:
+def _written(document: object, tmp_path: Path) -> bytes:
+    """``document`` as a run writes a record (benchmark.io.write_json_atomic: NaN as null, indent 1)."""
+    path = tmp_path / "record.json"
+    write_json_atomic(path, document)
+    return path.read_bytes()
+
+
+def test_a_typed_record_round_trips_through_json_and_the_reader(tmp_path: Path) -> None:
     doc = _typed_mlrc_record()
-    text = json.dumps(doc, indent=2)
-    record = parse_record(json.loads(text), "<typed>")
-    # The reader reads back what the writer typed: the shared types compare equal.
-    assert record.document == doc and record.migrated == ()
+    written = _written(doc, tmp_path)
+    record = load_record(tmp_path / "record.json")
+    # The reader holds the writer's own type, key for key: written again, the same bytes.
+    assert _written(record.parsed, tmp_path) == written and record.migrated == ()
+    assert record.document == json.loads(written)
+    assert record.test is record.parsed["test"] and record.search is record.parsed.get("search")
     assert (record.kind, record.loss, record.budget, record.seed) == ("mlrc", "margindev", "smoke", 0)
     assert record.plugins == (PluginSource(**doc["plugins"][0]),)
     assert record.deviations == (Deviation("train.max_epochs", 100, 2),)
-    assert record.test.modes == MLRC_MODES and not record.test.named_modes
+    assert record.modes == MLRC_MODES and not record.named_modes
     for mode, values in doc["test"]["per_rep"].items():
         for metric, reps in values.items():
-            cell = doc["test"]["summary"][mode][metric]
-            assert record.test.summary[mode][metric] == Interval(cell["mean"], cell["half_width"])
-            assert record.test.per_rep[mode][metric] == tuple(reps)
-    search = doc["search"]
-    assert record.search is not None and record.search.best_trial == search["best_trial"]
-    assert record.search.space == {"margin": ParamRange(0.0, 0.9, False)}
-    assert [(t.number, t.value, dict(t.params)) for t in record.search.trials] == [
-        (t["number"], t["value"], t["params"]) for t in search["trials"]
+            assert record.test["summary"][mode][metric] == doc["test"]["summary"][mode][metric]
+            assert record.test["per_rep"][mode][metric] == reps
+    assert record.search is not None and record.search["space"] == {
+        "margin": {"low": 0.0, "high": 0.9, "log": False}
+    }
+    assert [(t["number"], t["value"], t["params"]) for t in record.search["trials"]] == [
+        (t["number"], t["value"], t["params"]) for t in doc["search"]["trials"]
     ]
+    assert record.search["trials"][0]["folds"][0]["curve"] == [(1, 0.1), (2, 0.25)]
     assert (record.git_commit, record.dirty, record.embedding_dim, record.n_folds) == (
         "0123456789abcdef",
         False,
         128,
         4,
     )
-    # Written again, the document is the same bytes (records are rewritten as they were read).
-    assert json.dumps(json.loads(text), indent=2) == text
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: "/".join(p.parts[-4:]))
+def test_a_committed_record_reads_back_as_the_bytes_a_run_wrote(path: Path, tmp_path: Path) -> None:
+    """The reader's typed document of a committed record, written as a run writes records, is the
+    file byte for byte: reading adds, converts and reorders nothing (a record written before
+    ``kind`` only gains the required keys its writer did not write yet, as their read values)."""
+    text = path.read_bytes()
+    record = load_record(path)
+    if "kind" in record.document:
+        assert _written(record.parsed, tmp_path) == text
+    else:
+        added = set(record.parsed) - set(record.document)
+        assert added <= RunRecordDoc.__required_keys__, added
+        assert _written({k: v for k, v in record.parsed.items() if k not in added}, tmp_path) == text
+
+
+def _undeclared(value: Any, annotation: Any, key: str) -> list[str]:
+    """Keys of ``value`` (at any depth) that the schema annotation does not declare."""
+    tp, _ = _unwrap(annotation)
+    args = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, UnionType) else []
+    tp = args[0] if args else tp
+    if value is None or tp is Any:
+        return []
+    if is_typeddict(tp):
+        keys = get_type_hints(tp, include_extras=True)
+        out = [f"{key}.{k}" for k in value if k not in keys]
+        return out + [u for k, v in value.items() if k in keys for u in _undeclared(v, keys[k], f"{key}.{k}")]
+    origin, item_args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return [u for i, v in enumerate(value) for u in _undeclared(v, item_args[0], f"{key}[{i}]")]
+    if origin is dict:
+        return [u for k, v in value.items() for u in _undeclared(v, item_args[1], f"{key}.{k}")]
+    return []
 
 
 def test_the_written_schema_covers_every_committed_record() -> None:
-    """Every top-level key of a committed record is a key of the written schema (RunRecordDoc), and
-    a record written since records carry ``kind`` has every required one."""
-    declared = RunRecordDoc.__required_keys__ | RunRecordDoc.__optional_keys__
-    test_keys = RecordTestDoc.__required_keys__ | RecordTestDoc.__optional_keys__
+    """Every key of a committed record, at every depth the schema types, is declared by the schema,
+    and a record written since records carry ``kind`` has every required one."""
     for path in COMMITTED:
         document = json.loads(path.read_text(encoding="utf-8"))
-        assert set(document) <= declared, (path, sorted(set(document) - declared))
-        assert set(document["test"]) <= test_keys, (path, sorted(set(document["test"]) - test_keys))
+        assert _undeclared(document, RunRecordDoc, "") == [], path
         if "kind" in document:
             assert RunRecordDoc.__required_keys__ <= set(document), path
             assert RecordTestDoc.__required_keys__ <= set(document["test"]), path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda r: r["search"]["trials"][0].update(state=1),
+            "'search.trials[0].state' must be a string, found",
+        ),
+        (lambda r: r["search"]["trials"][0].pop("state"), "required key 'search.trials[0].state' (a string)"),
+        (
+            lambda r: r["search"]["space"]["margin"].update(log="yes"),
+            "'search.space.margin.log' must be a boolean",
+        ),
+        (
+            lambda r: r["search"]["trials"][1]["folds"][0].update(curve=[[1, 2, 3]]),
+            "curve[0]' must be a list of 2",
+        ),
+        (lambda r: r["plugins"][0].pop("ref"), "required key 'plugins[0].ref' (a string) is missing"),
+        (
+            lambda r: r["test"]["summary"]["separated"]["map_at_r"].update(n="3"),
+            "map_at_r.n' must be an integer",
+        ),
+        (
+            lambda r: r["loss_dataset_defaults"].update(margin="x"),
+            "'loss_dataset_defaults.margin' must be a number",
+        ),
+        (
+            lambda r: r["timings_s"].update(test="2s"),
+            "'timings_s.test' must be a number or null, found a string",
+        ),
+        (lambda r: r.update(trunk_weights=[]), "'trunk_weights' must be an object or null, found a list"),
+    ],
+)
+def test_every_declared_key_is_checked_on_read(mutate: Any, message: str) -> None:
+    """The reader checks what the writers' types declare, at every depth (one declaration), and
+    names the file and the key."""
+    record = json.loads(json.dumps(_typed_mlrc_record()))
+    mutate(record)
+    with pytest.raises(RecordError, match=r"x\.json: .*" + re.escape(message)):
+        parse_record(record, "x.json")
+
+
+def test_a_partial_record_reads_with_the_declared_defaults() -> None:
+    """Keys a reader relies on read as their declared defaults when a (hand-made, older) record
+    lacks them; optional keys stay absent; nothing is added to the document itself."""
+    doc = _doc()
+    doc["search"]["trials"] = [{"state": "COMPLETE"}]
+    doc["search"]["space"] = {"m": {"low": 0, "high": 1}}
+    record = parse_record(doc, "x.json")
+    trial = record.search["trials"][0] if record.search else None
+    assert trial is not None and (trial["number"], trial["value"], trial["params"], trial["folds"]) == (
+        None,
+        None,
+        {},
+        [],
+    )
+    assert record.search is not None and record.search["space"]["m"] == {"low": 0, "high": 1, "log": False}
+    assert "extra_summary" not in record.test and "plugins" not in record.parsed and record.plugins == ()
+    assert doc["search"]["trials"] == [{"state": "COMPLETE"}]  # the input is not changed

@@ -38,6 +38,7 @@ from benchmark.faults import kill_point
 from benchmark.losses import SearchDim
 from benchmark.protocol.progress import Progress
 from benchmark.protocol.request import RunRequest
+from benchmark.records import TrialDoc
 from benchmark.search.storage import (
     fail_stale,
     heartbeat,
@@ -383,9 +384,9 @@ class SearchStage:
             persistent=True,
         )
 
-    def trial_records(self) -> list[dict[str, Any]]:
+    def trial_records(self) -> list[TrialDoc]:
         """Every trial of the study as the run record lists it."""
-        trials = []
+        trials: list[TrialDoc] = []
         for t in self.study.get_trials(deepcopy=False):
             trials.append(
                 {

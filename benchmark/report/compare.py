@@ -148,9 +148,9 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _per_rep(record: RunRecord, mode: str, metric: str) -> list[float]:
-    values = record.test.per_rep.get(mode, {}).get(metric)
+    values = record.test["per_rep"].get(mode, {}).get(metric)
     if values is None:
-        have = ", ".join(record.test.metrics) or "(none)"
+        have = ", ".join(record.test["metrics"]) or "(none)"
         raise DmlbenchError(
             f"The record of {record.loss!r} has no per-rep {mode} values for {metric!r}; it has: {have}."
         )
@@ -196,7 +196,7 @@ def compare_budget(
     for mode, _ in modes:
         for name in names:
             for r in replicates[name]:
-                if r.test.has_mode(mode) and r.test.per_rep.get(mode, {}).get(metric) is None:
+                if r.has_mode(mode) and r.test["per_rep"].get(mode, {}).get(metric) is None:
                     _per_rep(r, mode, metric)  # raises naming what the record has
     estimates = {
         mode: dict(zip(names, column_estimates([replicates[n] for n in names], mode, metric), strict=True))
@@ -207,7 +207,7 @@ def compare_budget(
             if ref == name:
                 continue
             for mode, _ in modes:
-                if not all(by_loss[x].test.has_mode(mode) for x in (name, ref)):
+                if not all(by_loss[x].has_mode(mode) for x in (name, ref)):
                     continue  # e.g. cbir's two-stage mode of a loss without class anchors
                 a, b = estimates[mode][name], estimates[mode][ref]
                 d = difference(a, b)

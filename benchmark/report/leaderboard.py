@@ -47,9 +47,10 @@ from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS, MLRC_METRICS
 from benchmark.records import (
     MLRC_MODES,
-    Interval,
+    IntervalDoc,
     RunRecord,
     as_record,
+    completed_trials,
     latest_per_loss,
     nan_if_none,
     parse_plugins,
@@ -142,14 +143,14 @@ def record_modes(records: Sequence[RecordLike]) -> tuple[tuple[str, str], ...]:
     """The (mode, label) column groups of ``records``: every record's modes, first-seen order."""
     out: dict[str, str] = {}
     for r in map(as_record, records):
-        for mode, label in r.test.modes:
+        for mode, label in r.modes:
             out.setdefault(mode, label)
     return tuple(out.items()) if out else MODES
 
 
 def record_metrics(record: RecordLike) -> list[str]:
     """The test metrics a record holds per-rep values and summaries for."""
-    return list(as_record(record).test.metrics)
+    return list(as_record(record).test["metrics"])
 
 
 def shared_metrics(records: Sequence[RecordLike]) -> list[str]:
@@ -158,9 +159,9 @@ def shared_metrics(records: Sequence[RecordLike]) -> list[str]:
     typed = sorted(map(as_record, records), key=lambda r: (r.created, r.loss))
     if not typed:
         return []
-    common = [m for m in typed[0].test.metrics if m in METRICS]
+    common = [m for m in typed[0].test["metrics"] if m in METRICS]
     for r in typed[1:]:
-        common = [m for m in common if m in r.test.metrics]
+        common = [m for m in common if m in r.test["metrics"]]
     return [m for m in MLRC_METRICS if m in common] + [m for m in common if m not in MLRC_METRICS]
 
 
@@ -180,9 +181,9 @@ def resolve_metrics(
             raise DmlbenchError("The selected records share no test metric; select one --budget.")
         return ordered
     typed = sorted(map(as_record, records), key=lambda r: (r.created, r.loss))
-    common = list(typed[0].test.metrics) if typed else []
+    common = list(typed[0].test["metrics"]) if typed else []
     for r in typed[1:]:
-        common = [m for m in common if m in r.test.metrics]
+        common = [m for m in common if m in r.test["metrics"]]
     out: list[str] = []
     for m in requested:
         if m not in METRICS:
@@ -247,9 +248,6 @@ class Row:
         return f"{len(self.seeds)}×{self.reps}" if len(self.seeds) > 1 else str(self.reps)
 
 
-_MISSING = Interval(None, None)
-
-
 def untrained_label(record: RunRecord) -> str:
     """The baseline row's name: what the trunk of ``record``'s untrained models was.
 
@@ -262,17 +260,19 @@ def untrained_label(record: RunRecord) -> str:
     return "Untrained (init trunk + random embedder)"
 
 
-def _seed_values(record: RunRecord, mode: str, metric: str) -> list[float] | Interval:
-    """A record's per-rep values of a column; its summary interval when it lacks them."""
-    values = record.test.per_rep.get(mode, {}).get(metric)
+def _seed_values(record: RunRecord, mode: str, metric: str) -> list[float] | IntervalDoc | None:
+    """A record's per-rep values of a column; its summary interval (None: none) when it lacks them."""
+    values = record.test["per_rep"].get(mode, {}).get(metric)
     if values:
         return [nan_if_none(v) for v in values]
-    return record.test.summary.get(mode, {}).get(metric, _MISSING)
+    return record.test["summary"].get(mode, {}).get(metric)
 
 
-def _summary_estimate(cell: Interval, n: int, confidence: float) -> Estimate:
+def _summary_estimate(cell: IntervalDoc | None, n: int, confidence: float) -> Estimate:
     """An estimate from a stored interval alone (records without per-rep values of a column)."""
-    mean, hw = nan_if_none(cell.mean), nan_if_none(cell.half_width)
+    mean, hw = (
+        (math.nan, math.nan) if cell is None else (nan_if_none(cell["mean"]), nan_if_none(cell["half_width"]))
+    )
     if n < 2 or math.isnan(hw):
         return Estimate(mean, math.nan, math.nan, 1, n, SCOPE_TRAINING, confidence)
     import scipy.stats
@@ -296,8 +296,8 @@ def column_estimates(
         else:
             groups.append([])
             newest = max(reps, key=lambda r: r.created)
-            cell = newest.test.summary.get(mode, {}).get(metric, _MISSING)
-            fallback[i] = _summary_estimate(cell, newest.test.reps, confidence)
+            cell = newest.test["summary"].get(mode, {}).get(metric)
+            fallback[i] = _summary_estimate(cell, newest.test["reps"], confidence)
     estimates = row_estimates(groups, confidence)
     return [fallback.get(i, e) for i, e in enumerate(estimates)]
 
@@ -346,7 +346,7 @@ def build_rows(records: Sequence[RecordLike], metrics: Sequence[str], modes: Mod
                 newest.loss_display_name,
                 name,
                 tuple(r.seed for r in reps),
-                newest.test.reps,
+                newest.test["reps"],
                 cells,
                 _commits(reps),
                 _least_converged(reps),
@@ -464,7 +464,11 @@ class Section:
 
     def search_trials(self) -> dict[str, tuple[int, int]]:
         """Per loss: (complete search trials, planned trials); losses without a search left out."""
-        return {r.loss: (r.search.complete, r.search.n_trials) for r in self.chosen if r.search is not None}
+        return {
+            r.loss: (completed_trials(r.search), r.search["n_trials"])
+            for r in self.chosen
+            if r.search is not None
+        }
 
     def deviations(self) -> list[tuple[str, Any, Any]]:
         """(key, paper, value) of the deviations from the paper protocol, one per key, by key."""
@@ -583,16 +587,16 @@ def _columns(metrics: Sequence[str], modes: Modes = MODES) -> list[tuple[str, st
 
 def _footer_view(
     record: RecordLike,
-) -> tuple[str, Sequence[str], Sequence[PluginSource], Mapping[str, Interval]]:
+) -> tuple[str, Sequence[str], Sequence[PluginSource], Mapping[str, Mapping[str, Any]]]:
     """(loss, notes, plugins, extra summaries) of a record; a plain mapping may hold only those."""
     if isinstance(record, RunRecord):
-        return record.loss, record.notes, record.plugins, record.test.extra_summary
+        return record.loss, record.notes, record.plugins, record.test.get("extra_summary", {})
     extra = record.get("test", {}).get("extra_summary", {})
     return (
         str(record["loss"]),
         [str(n) for n in record.get("notes", [])],
         parse_plugins(record, "<record>"),
-        {k: Interval(v.get("mean"), v.get("half_width")) for k, v in extra.items()},
+        extra,
     )
 
 
@@ -618,7 +622,8 @@ def footer_notes(records: Sequence[RecordLike]) -> list[str]:
     for loss, _, _, extra in views:
         if extra:
             parts = [
-                f"{k.replace('_', ' ')} {_plain(v.mean)} ± {_plain(v.half_width)}" for k, v in extra.items()
+                f"{k.replace('_', ' ')} {_plain(v.get('mean'))} ± {_plain(v.get('half_width'))}"
+                for k, v in extra.items()
             ]
             out.append(f"{loss}: " + "; ".join(parts) + ".")
     return out

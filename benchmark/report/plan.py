@@ -58,7 +58,7 @@ def components(records: Sequence[RecordLike], mode: str, metric: str) -> Compone
     for loss, recs in sorted(replicates_per_loss(records).items()):
         means = []
         for r in recs:
-            values = r.test.per_rep.get(mode, {}).get(metric)
+            values = r.test["per_rep"].get(mode, {}).get(metric)
             if not values or len(values) < 2:
                 continue
             x = np.asarray(values, dtype=np.float64)

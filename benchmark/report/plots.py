@@ -39,7 +39,7 @@ from benchmark.analysis.convergence import stage_fold_stats
 from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.records import RunRecord, Search, Trial, as_record, latest_per_loss, nan_if_none
+from benchmark.records import RunRecord, SearchDoc, TrialDoc, as_record, latest_per_loss, nan_if_none
 from benchmark.report.figure_files import save_figures
 from benchmark.report.leaderboard import (
     MODES,
@@ -85,7 +85,7 @@ def _name(record: RunRecord) -> str:
     return record.loss_display_name
 
 
-def _searched(record: RunRecord) -> Search:
+def _searched(record: RunRecord) -> SearchDoc:
     """The record's search (the plots that need one are drawn only for searched records)."""
     if record.search is None:
         raise DmlbenchError(f"The record of {record.loss!r} ({record.source}) has no hyperparameter search.")
@@ -144,16 +144,16 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
     fig, axes = _grid(len(chosen), sharey=True)
     for ax, r in zip(axes, chosen, strict=True):
         search = _searched(r)
-        trials = sorted(search.trials, key=lambda t: _number(t))
-        done = [t for t in trials if t.state == "COMPLETE" and t.value is not None]
+        trials = sorted(search["trials"], key=lambda t: _number(t))
+        done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
         values = [_value(t) for t in done]
         for origin, marker, label in (("sobol", "s", "quasi-random start"), (None, "o", "sampler")):
-            sel = [t for t in done if (t.origin == "sobol") == (origin == "sobol")]
+            sel = [t for t in done if (t["origin"] == "sobol") == (origin == "sobol")]
             if sel:
                 ax.errorbar(
                     [_number(t) + 1 for t in sel],
                     [_value(t) for t in sel],
-                    yerr=[t.fold_sem if t.fold_sem is not None else 0.0 for t in sel],
+                    yerr=[t["fold_sem"] if t["fold_sem"] is not None else 0.0 for t in sel],
                     fmt=marker,
                     markersize=4,
                     capsize=2,
@@ -183,7 +183,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
             )
         bottom = min(values) if values else 0.0
         for state, marker, color in (("FAIL", "x", "tab:red"), ("PRUNED", "v", "tab:grey")):
-            bad = [_number(t) + 1 for t in trials if t.state == state]
+            bad = [_number(t) + 1 for t in trials if t["state"] == state]
             if bad:
                 ax.plot(
                     bad,
@@ -194,7 +194,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
                     markersize=8,
                     label=state.lower(),
                 )
-        ax.set_title(f"{_name(r)}: {len(done)}/{search.n_trials} complete", fontsize="medium")
+        ax.set_title(f"{_name(r)}: {len(done)}/{search['n_trials']} complete", fontsize="medium")
         ax.set_xlabel("trial (1-based, as the progress display counts)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
@@ -207,18 +207,19 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
 # -- (c) validation curves of the best trial ----------------------------------------------------
 
 
-def _number(trial: Trial) -> int:
-    return -1 if trial.number is None else trial.number
+def _number(trial: TrialDoc) -> int:
+    number = trial["number"]
+    return -1 if number is None else number
 
 
-def _value(trial: Trial) -> float:
-    return nan_if_none(trial.value)
+def _value(trial: TrialDoc) -> float:
+    return nan_if_none(trial["value"])
 
 
-def _best_trial(record: RunRecord) -> Trial | None:
+def _best_trial(record: RunRecord) -> TrialDoc | None:
     search = _searched(record)
-    for t in search.trials:
-        if t.number is not None and t.number == search.best_trial:
+    for t in search["trials"]:
+        if t["number"] is not None and t["number"] == search["best_trial"]:
             return t
     return None
 
@@ -228,7 +229,7 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
     chosen = []
     for r in latest_per_loss(records):
         best = _best_trial(r)
-        if best is None or not any(f.curve for f in best.folds):
+        if best is None or not any(f["curve"] for f in best["folds"]):
             log(f"val_curves-{budget}: {r.loss} has no validation curves for its best trial; skipped.")
             continue
         chosen.append((r, best))
@@ -236,12 +237,12 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
         return None
     fig, axes = _grid(len(chosen))
     for ax, (r, best) in zip(axes, chosen, strict=True):
-        for k, fold in enumerate(best.folds):
-            curve = np.asarray(fold.curve, dtype=float).reshape(-1, 2)
+        for k, fold in enumerate(best["folds"]):
+            curve = np.asarray(fold["curve"], dtype=float).reshape(-1, 2)
             if not len(curve):
                 continue
             (line,) = ax.plot(curve[:, 0], 100 * curve[:, 1], marker=".", label=f"fold {k}")
-            be = fold.best_epoch
+            be = fold.get("best_epoch")
             hit = curve[curve[:, 0] == be] if be is not None else curve[:0]
             if len(hit):
                 ax.plot(
@@ -345,8 +346,8 @@ def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log:
     ax = fig.add_subplot()
     texts = []
     for k, ((mode, _), marker) in enumerate(zip(MODES, ("o", "s"), strict=True)):
-        means = [100 * nan_if_none(r.test.summary[mode][metric].mean) for r, _ in chosen]
-        hws = [100 * nan_if_none(r.test.summary[mode][metric].half_width) for r, _ in chosen]
+        means = [100 * nan_if_none(r.test["summary"][mode][metric]["mean"]) for r, _ in chosen]
+        hws = [100 * nan_if_none(r.test["summary"][mode][metric]["half_width"]) for r, _ in chosen]
         ax.errorbar(xs, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
         if k == 0:
             for i in pareto_front(list(zip(xs.tolist(), means, strict=True))):
@@ -395,16 +396,16 @@ def param_importances(record: RecordLike) -> tuple[dict[str, float], int, float]
     from optuna.trial import TrialState
 
     search = _searched(as_record(record))
-    if not search.space:
+    if not search["space"]:
         return "nothing was searched (empty search space)"
-    dists = {k: FloatDistribution(d.low, d.high, log=d.log) for k, d in search.space.items()}
+    dists = {k: FloatDistribution(d["low"], d["high"], log=d["log"]) for k, d in search["space"].items()}
     done = [
         t
-        for t in search.trials
-        if t.state == "COMPLETE"
-        and t.value is not None
-        and math.isfinite(t.value)
-        and all(k in t.params for k in dists)
+        for t in search["trials"]
+        if t["state"] == "COMPLETE"
+        and (value := t["value"]) is not None
+        and math.isfinite(value)
+        and all(k in t["params"] for k in dists)
     ]
     if len(done) < MIN_IMPORTANCE_TRIALS:
         return f"{len(done)} complete trials (PED-ANOVA here needs at least {MIN_IMPORTANCE_TRIALS})"
@@ -413,7 +414,7 @@ def param_importances(record: RecordLike) -> tuple[dict[str, float], int, float]
     try:
         study = optuna.create_study(direction="maximize")
         for t in done:
-            params = {k: min(max(t.params[k], dists[k].low), dists[k].high) for k in dists}
+            params = {k: min(max(t["params"][k], dists[k].low), dists[k].high) for k in dists}
             study.add_trial(
                 optuna.trial.create_trial(
                     params=params,

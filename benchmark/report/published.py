@@ -310,7 +310,7 @@ def _mode_dims(record: RunRecord) -> dict[str, int]:
     dim, folds = record.embedding_dim, record.n_folds
     if dim is None:
         return {}
-    out = {mode: dim for mode, _ in record.test.modes} if record.test.named_modes else {}
+    out = {mode: dim for mode, _ in record.modes} if record.named_modes else {}
     out.setdefault("separated", dim)
     if folds is not None:
         out.setdefault("concatenated", dim * folds)
@@ -343,15 +343,15 @@ def _ours(
         return scale * est.mean + EPOCH_OFFSET.get(metric, 0.0), scale * est.half_width, scale * se, est.df
     record = max(replicates, key=lambda r: r.created)
     test = record.test
-    cell = test.summary.get(mode, {}).get(metric)
-    if cell is None and (not test.named_modes or test.has_mode(mode)):
-        cell = test.extra_summary.get(metric)
-    if cell is None or cell.mean is None:
+    cell = test["summary"].get(mode, {}).get(metric)
+    if cell is None and (not record.named_modes or record.has_mode(mode)):
+        cell = test.get("extra_summary", {}).get(metric)
+    if cell is None or cell["mean"] is None:
         return None
-    hw = math.nan if cell.half_width is None else scale * cell.half_width
-    n = test.reps
+    hw = math.nan if cell["half_width"] is None else scale * cell["half_width"]
+    n = test["reps"]
     se = hw / float(scipy.stats.t.ppf(0.975, n - 1)) if n >= 2 and not math.isnan(hw) else math.nan
-    return scale * cell.mean + EPOCH_OFFSET.get(metric, 0.0), hw, se, float(n - 1)
+    return scale * cell["mean"] + EPOCH_OFFSET.get(metric, 0.0), hw, se, float(n - 1)
 
 
 def join(
@@ -382,7 +382,9 @@ def join(
 
     def estimates(mode: str, metric: str) -> dict[str, Any]:
         if (mode, metric) not in column_cache:
-            have = [n for n in names if all(r.test.per_rep.get(mode, {}).get(metric) for r in replicates[n])]
+            have = [
+                n for n in names if all(r.test["per_rep"].get(mode, {}).get(metric) for r in replicates[n])
+            ]
             values = column_estimates([replicates[n] for n in have], mode, metric) if have else []
             column_cache[(mode, metric)] = dict(zip(have, values, strict=True))
         return column_cache[(mode, metric)]

@@ -164,7 +164,7 @@ def latex_text(lb: Leaderboard) -> str:
         lines.append(
             _comment(
                 "Reps and commits: "
-                + ", ".join(f"{r.loss} {r.test.reps} reps @ {r.commit}" for r in s.chosen)
+                + ", ".join(f"{r.loss} {r.test['reps']} reps @ {r.commit}" for r in s.chosen)
                 + "."
             )
         )
