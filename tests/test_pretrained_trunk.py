@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -77,6 +78,43 @@ def test_pretraining_script_reproduces_its_checksum_across_processes(tmp_path: P
     )
     state = torch.load(tmp_path / "a" / f"{SCRIPT_NAME}.pt", weights_only=True)
     assert torch.equal(model.trunk.state_dict()["features.0.weight"], state["features.0.weight"])
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("pretrain_trunk", REPO / "benchmarks" / "pretrain_trunk.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipe_steps_of_the_provenances_written_before_steps_were_recorded() -> None:
+    # v1: 547 classes x 12 faces x 3 renderings = 19692 images, 153 full batches of 128, 6 epochs;
+    # v2: 87 classes, 3132 images, 24 batches: the 6x fewer steps that v3 makes up for.
+    steps = _script().recipe_steps
+    assert steps(_provenance("smallcnn-symbols")) == 6 * 153 == 918
+    assert steps(_provenance("smallcnn-symbols-v2")) == 6 * 24 == 144
+
+
+def test_pretraining_script_trains_the_steps_asked_for(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    args = ["--tiny", "--out", str(tmp_path), "--name", "tiny", "--train-renderings", "2", "--steps", "9"]
+    args += ["--batch-size", "16"]
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pretrain_trunk.py"), *args],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    prov = json.loads((tmp_path / "tiny.json").read_text())
+    assert prov["name"] == "tiny" and prov["sha256"] == sha256_of(tmp_path / "tiny.pt")
+    # --tiny: at most 24 classes x 2 faces x 2 renderings = 96 images, at most 6 batches of 16 an
+    # epoch: 9 steps take two epochs or more, the last one cut short.
+    training = prov["training"]
+    assert training["steps"] == 9 and len(training["epoch_losses"]) == training["epochs"] >= 2
+    assert training["epochs"] == -(-9 // training["steps_per_epoch"])
+    assert prov["source"]["n_train_images"] == 2 * prov["source"]["n_held_out_images"]
 
 
 @pytest.mark.parametrize("name", ALL_BUILTINS)
