@@ -37,8 +37,9 @@ NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "foo
 BUILTIN = "builtin:smallcnn-symbols"
 
 
-# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter)
-# and smallcnn-symbols-v2 (filtered; mini switches to it when its boards are regenerated).
+# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter),
+# smallcnn-symbols-v2 (filtered) and -v3 (filtered, v1's step count); mini switches when its
+# boards are regenerated.
 ALL_BUILTINS = BUILTIN_WEIGHTS.names()
 SCRIPT_NAME = "smallcnn-symbols-v2"  # what benchmarks/pretrain_trunk.py writes now
 
@@ -94,6 +95,11 @@ def test_recipe_steps_of_the_provenances_written_before_steps_were_recorded() ->
     steps = _script().recipe_steps
     assert steps(_provenance("smallcnn-symbols")) == 6 * 153 == 918
     assert steps(_provenance("smallcnn-symbols-v2")) == 6 * 24 == 144
+    v3 = _provenance("smallcnn-symbols-v3")
+    assert steps(v3) == v3["training"]["steps_matched_to"]["steps"] == 918
+    assert (
+        v3["source"]["class_list_sha256"] == _provenance("smallcnn-symbols-v2")["source"]["class_list_sha256"]
+    )
 
 
 def test_pretraining_script_trains_the_steps_asked_for(tmp_path: Path) -> None:
