@@ -1,4 +1,4 @@
-"""Pretrain the ``smallcnn`` trunk on rendered Unicode symbols: the built-in ``smallcnn-symbols-v2`` weights.
+"""Pretrain the ``smallcnn`` trunk on rendered Unicode symbols: the built-in ``smallcnn-symbols-v2``, ``-v3``.
 
 MLRC fine-tunes an ImageNet-pretrained trunk; no such weights can be downloaded here, so this script
 makes the CPU budgets' equivalent, deterministically (fixed seeds, one torch thread, no data
@@ -13,20 +13,32 @@ loader workers), from a source whose classes are disjoint from every evaluated d
   drawings themselves by ``benchmark.models.lookalike`` (no installed font covers Omniglot's
   scripts); the threshold's calibration (rendered Latin letters against Omniglot's handwritten
   ones) and every symbol removed, with the class it resembles, go into the provenance;
-- images: 4 jittered renderings per face (glyphs' jitter, another seed), bright ink on black like
-  the benchmark's character datasets, normalised as the training loop does; 3 per face train,
-  1 per face is held out to report accuracy;
+- images: ``--train-renderings`` (default 3) jittered renderings per face for training and one
+  more held out to report accuracy (glyphs' jitter, another seed), bright ink on black like the
+  benchmark's character datasets, normalised as the training loop does;
 - training: softmax classification (a linear head on the 128-d pooled features, dropped
-  afterwards), Adam, with the suite's "characters" augmentation. Classification rather than a
-  metric-learning loss because MLRC's trunks are classification-pretrained, and because pretraining
-  with one of the benchmarked losses would give that loss's family a head start.
+  afterwards), Adam, with the suite's "characters" augmentation, for ``--epochs`` passes or exactly
+  ``--steps`` optimiser steps (``--match-steps-of NAME``: as many as a built-in's recipe took).
+  Classification rather than a metric-learning loss because MLRC's trunks are
+  classification-pretrained, and because pretraining with one of the benchmarked losses would give
+  that loss's family a head start.
 
-Usage (writes benchmark/models/weights/smallcnn-symbols-v2.{pt,json}; prints the sha256 to put into
+Usage (writes benchmark/models/weights/NAME.{pt,json}; prints the sha256 to put into
 benchmark/models/pretrained.py). The Omniglot data (the official zips) is required except with
 ``--tiny``, which compares with it only when given:
 
+    # smallcnn-symbols-v2 (the defaults): 3 training renderings per face, 6 epochs = 144 steps
     PYTHONPATH=. python benchmarks/pretrain_trunk.py --omniglot-dir ../shared/data/omniglot
+    # smallcnn-symbols-v3: the same source with v1's optimiser steps and images per epoch
+    PYTHONPATH=. python benchmarks/pretrain_trunk.py --omniglot-dir ../shared/data/omniglot \
+        --name smallcnn-symbols-v3 --train-renderings 19 --match-steps-of smallcnn-symbols
     PYTHONPATH=. python benchmarks/pretrain_trunk.py --tiny --out /tmp/tiny   # seconds, for tests
+
+Why v3 exists: the filter leaves 87 of v1's 547 classes, so v2's recipe (same epochs, same
+renderings per class) took 144 optimiser steps where v1 took 918, and probed weaker than v1
+(``benchmarks/trunk_probe.py``). v3 restores v1's step count by rendering 19 instead of 3 training
+images per symbol and face (19836 images, v1 had 19692), so that it also sees each image about as
+often as v1 did (6 passes) rather than revisiting 3132 images 38 times.
 
 The first built-in weights, ``smallcnn-symbols``, were made by this script before the Omniglot
 filter existed (their provenance names the script's sha256 then); they stay registered, and the
@@ -66,6 +78,7 @@ from benchmark.data.glyphs import (
 from benchmark.data.omniglot import read_characters
 from benchmark.models import lookalike
 from benchmark.models.pretrained import (
+    BUILTIN_WEIGHTS,
     LOOKALIKE_DATASETS,
     SOURCE_FACES,
     WEIGHTS_DIR,
@@ -74,9 +87,9 @@ from benchmark.models.pretrained import (
 )
 from benchmark.models.trunks import build_model
 
-NAME = "smallcnn-symbols-v2"
-SEED = 20240612
-RENDERINGS_PER_FACE = 4  # the last one of each face is held out
+NAME = "smallcnn-symbols-v2"  # the default recipe's weights (--name for another)
+SEED = 20240612  # the default --seed: every committed built-in was made with it
+TRAIN_RENDERINGS_PER_FACE = 3  # the default; one more per face is rendered and held out
 COMPARE_SIZE = 64  # rendering size for the Omniglot look-alike comparison
 
 
@@ -177,10 +190,10 @@ def calibrate(
 
 
 def render_source(
-    paths: list[Path], classes: list[int], layout: Any, image_size: int, renderings: int
+    paths: list[Path], classes: list[int], layout: Any, image_size: int, renderings: int, seed: int = SEED
 ) -> np.ndarray:
     """uint8 (classes, faces, renderings, size, size) renderings, jittered in glyphs' ranges (own seed)."""
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     shape = (len(classes), len(paths), renderings)
     # The columns of glyphs' _Jitter, in order: scale, dx, dy, rotation, stroke.
     jitters = np.stack(
@@ -201,24 +214,60 @@ def class_list_hash(classes: list[int]) -> str:
     return hashlib.sha256("\n".join(f"U+{c:04X}" for c in classes).encode()).hexdigest()
 
 
+def recipe_steps(provenance: dict[str, Any]) -> int:
+    """Optimiser steps a provenance's training took: its ``steps``, else epochs x full batches per epoch.
+
+    Provenances written before ``--steps`` existed (smallcnn-symbols, -v2) do not record steps; their
+    loop took ``n_train_images // batch_size`` steps per epoch (the last partial batch is dropped).
+    """
+    training = provenance["training"]
+    if "steps" in training:
+        return int(training["steps"])
+    return int(training["epochs"]) * (
+        int(provenance["source"]["n_train_images"]) // int(training["batch_size"])
+    )
+
+
 def pretrain(
-    images: torch.Tensor, labels: torch.Tensor, n_classes: int, epochs: int, batch_size: int, lr: float
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    n_classes: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    steps: int | None = None,
+    seed: int = SEED,
 ) -> tuple[nn.Module, list[float]]:
-    """Train smallcnn + linear head by softmax classification; returns the trunk and per-epoch loss."""
-    model = build_model("smallcnn", 1, 128, pretrained=False, weights_path="", seed=SEED)
+    """Train smallcnn + linear head by softmax classification; returns the trunk and per-epoch loss.
+
+    ``steps`` None: ``epochs`` passes over the data. Else exactly ``steps`` optimiser steps, in as
+    many passes as they need (the last one cut short; its loss is the mean over its steps).
+    """
+    model = build_model("smallcnn", 1, 128, pretrained=False, weights_path="", seed=seed)
     trunk = model.trunk
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED + 1)
+        torch.manual_seed(seed + 1)
         head = nn.Linear(128, n_classes)
     params = list(trunk.parameters()) + list(head.parameters())
     opt = torch.optim.Adam(params, lr=lr)
-    gen = torch.Generator().manual_seed(SEED + 2)
+    gen = torch.Generator().manual_seed(seed + 2)
     losses: list[float] = []
     trunk.train()
+    per_epoch = len(labels) // batch_size
+    if steps is not None:
+        if steps < 1 or per_epoch < 1:
+            raise SystemExit(
+                f"--steps {steps} with {len(labels)} images of batch {batch_size}: nothing to train"
+            )
+        epochs = -(-steps // per_epoch)
+    done = 0
     for _ in range(epochs):
         order = torch.randperm(len(labels), generator=gen)
         total, count = 0.0, 0
         for start in range(0, len(order) - batch_size + 1, batch_size):
+            if steps is not None and done == steps:
+                break
+            done += 1
             idx = order[start : start + batch_size]
             x = train_batch(images[idx], CHARACTER_AUGMENT, gen)
             loss = F.cross_entropy(head(trunk(x)), labels[idx])
@@ -260,9 +309,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="output folder (default: the package's)")
     ap.add_argument("--image-size", type=int, default=28)
+    ap.add_argument("--name", default=NAME, help=f"weights name: NAME.pt and NAME.json (default {NAME})")
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument(
+        "--train-renderings",
+        type=int,
+        default=TRAIN_RENDERINGS_PER_FACE,
+        help="jittered training renderings per symbol and face (one more is held out)",
+    )
+    steps = ap.add_mutually_exclusive_group()
+    steps.add_argument("--steps", type=int, default=None, help="optimiser steps (default: --epochs passes)")
+    steps.add_argument(
+        "--match-steps-of",
+        default=None,
+        metavar="BUILTIN",
+        help="as many optimiser steps as the built-in weights BUILTIN took (from its provenance)",
+    )
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=SEED,
+        help="jitter, initialisation and batch order (other seeds: variance)",
+    )
     ap.add_argument("--max-candidates", type=int, default=None, help="first N candidate symbols only")
     ap.add_argument("--faces", type=int, default=len(SOURCE_FACES), help="first N of the 12 faces only")
     ap.add_argument("--omniglot-dir", type=Path, default=None, help="the Omniglot zips (look-alike filter)")
@@ -272,13 +342,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--omniglot-dir is required: the source is filtered against Omniglot's characters")
     if args.tiny:
         args.max_candidates, args.faces, args.epochs, args.image_size = 24, 2, 1, 16
+    if args.train_renderings < 1:
+        ap.error("--train-renderings must be at least 1")
+    matched: dict[str, Any] | None = None
+    if args.match_steps_of is not None:
+        spec = BUILTIN_WEIGHTS.get(args.match_steps_of)
+        args.steps = recipe_steps(json.loads((WEIGHTS_DIR / spec.provenance_file).read_text()))
+        matched = {"builtin": spec.name, "sha256": spec.sha256, "steps": args.steps}
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     t0 = time.perf_counter()
     folder = font_paths()[0].parent
     paths = [folder / f for f in SOURCE_FACES[: args.faces]]
     classes, layout, omniglot_filter = source_classes(paths, args.max_candidates, args.omniglot_dir)
-    rendered = render_source(paths, classes, layout, args.image_size, RENDERINGS_PER_FACE)
+    renderings = args.train_renderings + 1
+    rendered = render_source(paths, classes, layout, args.image_size, renderings, args.seed)
     n, f, r, s, _ = rendered.shape
     t_render = time.perf_counter() - t0
     labels = np.broadcast_to(np.arange(n)[:, None, None], (n, f, r))
@@ -291,17 +369,21 @@ def main(argv: list[str] | None = None) -> int:
 
     train_x, train_y = take(train_sel)
     test_x, test_y = take(test_sel)
-    trunk, losses = pretrain(train_x, train_y, n, args.epochs, args.batch_size, args.lr)
+    trunk, losses = pretrain(
+        train_x, train_y, n, args.epochs, args.batch_size, args.lr, args.steps, args.seed
+    )
+    per_epoch = len(train_y) // args.batch_size
+    n_steps = args.steps if args.steps is not None else args.epochs * per_epoch
     accuracy = held_out_accuracy(trunk, train_x, train_y, test_x, test_y)
     t_total = time.perf_counter() - t0
 
     args.out.mkdir(parents=True, exist_ok=True)
-    weights = args.out / f"{NAME}.pt"
+    weights = args.out / f"{args.name}.pt"
     state = {k: v.detach().clone().contiguous() for k, v in trunk.state_dict().items()}
     torch.save(state, weights)
     digest = sha256_of(weights)
     provenance = {
-        "name": NAME,
+        "name": args.name,
         "trunk": "smallcnn",
         "sha256": digest,
         "script": "benchmarks/pretrain_trunk.py",
@@ -310,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python benchmarks/pretrain_trunk.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "commit": git_commit(),
-        "seed": SEED,
+        "seed": args.seed,
         "torch": torch.__version__,
         "torch_threads": 1,
         "source": {
@@ -318,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                 "Unicode symbols (category S*) of the blocks in benchmark.models.pretrained.SOURCE_BLOCKS "
                 "mapped in every face below, minus look-alikes of glyphs classes and of each other and "
                 "of Omniglot's characters (omniglot_filter); "
-                f"{RENDERINGS_PER_FACE} jittered renderings per face, bright ink on black"
+                f"{renderings} jittered renderings per face ({args.train_renderings} train, 1 held out), "
+                "bright ink on black"
             ),
             "faces": [p.name for p in paths],
             "image_size": args.image_size,
@@ -334,17 +417,20 @@ def main(argv: list[str] | None = None) -> int:
             "optimizer": "Adam",
             "lr": args.lr,
             "batch_size": args.batch_size,
-            "epochs": args.epochs,
+            "epochs": len(losses),
+            "steps": n_steps,
+            "steps_per_epoch": per_epoch,
+            "steps_matched_to": matched,
             "augment": "characters",
             "epoch_losses": [round(x, 4) for x in losses],
             "held_out_1nn_accuracy": round(accuracy, 4),
         },
         "wall_s": {"render": round(t_render, 1), "total": round(t_total, 1)},
     }
-    (args.out / f"{NAME}.json").write_text(json.dumps(provenance, indent=1) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(provenance, indent=1) + "\n")
     print(
         f"{n} classes ({len(omniglot_filter.get('removed', []))} removed as Omniglot look-alikes), "
-        f"{len(train_y)} training images; epoch losses {[round(x, 4) for x in losses]}; "
+        f"{len(train_y)} training images, {n_steps} steps; epoch losses {[round(x, 4) for x in losses]}; "
         f"held-out 1-NN accuracy {accuracy:.3f}; {t_total:.0f} s (render {t_render:.0f} s)"
     )
     print(f"sha256 {digest}  {weights}")

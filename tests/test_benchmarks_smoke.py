@@ -117,3 +117,54 @@ def test_eval_scaling_prints_the_table_the_fits_and_sop(cache_dir: Path) -> None
     assert re.search(r"^\| exact \| 128 \| 1,500-3,000 \| [0-9.-]+ \|", out, re.M)
     assert re.search(r"^\| all of SOP \(--sop-n 3,000\) \| 3,000 \| 128 \| [0-9.]+ \|", out, re.M)
     assert "Largest |MAP@R error| of an approximate index" in out
+
+
+def write_fake_omniglot(root: Path, n_classes: int, n_drawers: int) -> Path:
+    """An ``images_background`` zip in the official layout: seeded random strokes, 105 px like Omniglot's."""
+    import io
+    import zipfile
+
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True)
+    with zipfile.ZipFile(root / "images_background.zip", "w") as zf:
+        for c in range(n_classes):
+            base = rng.uniform(10, 95, size=(3, 4))  # a class is three strokes; drawers jitter them
+            for d in range(n_drawers):
+                image = Image.new("L", (105, 105), 255)
+                draw = ImageDraw.Draw(image)
+                for stroke in base + rng.normal(0, 3, size=base.shape):
+                    draw.line([float(v) for v in stroke], fill=0, width=4)
+                buffer = io.BytesIO()
+                image.save(buffer, format="PNG")
+                zf.writestr(
+                    f"images_background/Alpha/character{c + 1:02d}/{c + 1:04d}_{d + 1:02d}.png",
+                    buffer.getvalue(),
+                )
+    return root
+
+
+@pytest.mark.slow
+def test_trunk_probe_prints_every_weights_row_and_is_deterministic(tmp_path: Path, cache_dir: Path) -> None:
+    from benchmark.models.pretrained import BUILTIN_WEIGHTS, WEIGHTS_DIR
+
+    data = write_fake_omniglot(tmp_path / "omniglot", n_classes=6, n_drawers=4)
+    candidate = WEIGHTS_DIR / BUILTIN_WEIGHTS.get("smallcnn-symbols-v2").file
+    args = ["--data-dir", str(data), "--max-classes", "5", "--weights", f"candidate={candidate}"]
+    out = run_script("trunk_probe.py", args, cache_dir)
+    assert re.search(r"torch CPU capability \S+", out)
+    assert "5 classes, 20 images, 28 px" in out
+    assert "| weights | sha256 | trunk P@1 | trunk MAP@R | model P@1 | model MAP@R |" in out
+    cell = r" \| [0-9]+\.[0-9]{2}"
+    for label in ["random", *BUILTIN_WEIGHTS.names(), "candidate"]:
+        assert re.search(rf"^\| {re.escape(label)} \| [-0-9a-f]+(?:{cell}){{4}} \|$", out, re.M), label
+    # The candidate is v2's file: same checksum, same scores.
+    rows = {
+        line.split(" | ")[0][2:]: line.split(" | ", 1)[1] for line in out.splitlines() if line[:2] == "| "
+    }
+    assert rows["candidate"] == rows["smallcnn-symbols-v2"]
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    again = run_script("trunk_probe.py", args, cache_dir)
+    assert [line for line in again.splitlines() if line.startswith("|")] == table

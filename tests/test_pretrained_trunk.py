@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -36,8 +37,9 @@ NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "foo
 BUILTIN = "builtin:smallcnn-symbols"
 
 
-# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter)
-# and smallcnn-symbols-v2 (filtered; mini switches to it when its boards are regenerated).
+# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter),
+# smallcnn-symbols-v2 (filtered) and -v3 (filtered, v1's step count); mini switches when its
+# boards are regenerated.
 ALL_BUILTINS = BUILTIN_WEIGHTS.names()
 SCRIPT_NAME = "smallcnn-symbols-v2"  # what benchmarks/pretrain_trunk.py writes now
 
@@ -77,6 +79,48 @@ def test_pretraining_script_reproduces_its_checksum_across_processes(tmp_path: P
     )
     state = torch.load(tmp_path / "a" / f"{SCRIPT_NAME}.pt", weights_only=True)
     assert torch.equal(model.trunk.state_dict()["features.0.weight"], state["features.0.weight"])
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("pretrain_trunk", REPO / "benchmarks" / "pretrain_trunk.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipe_steps_of_the_provenances_written_before_steps_were_recorded() -> None:
+    # v1: 547 classes x 12 faces x 3 renderings = 19692 images, 153 full batches of 128, 6 epochs;
+    # v2: 87 classes, 3132 images, 24 batches: the 6x fewer steps that v3 makes up for.
+    steps = _script().recipe_steps
+    assert steps(_provenance("smallcnn-symbols")) == 6 * 153 == 918
+    assert steps(_provenance("smallcnn-symbols-v2")) == 6 * 24 == 144
+    v3 = _provenance("smallcnn-symbols-v3")
+    assert steps(v3) == v3["training"]["steps_matched_to"]["steps"] == 918
+    assert (
+        v3["source"]["class_list_sha256"] == _provenance("smallcnn-symbols-v2")["source"]["class_list_sha256"]
+    )
+
+
+def test_pretraining_script_trains_the_steps_asked_for(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    args = ["--tiny", "--out", str(tmp_path), "--name", "tiny", "--train-renderings", "2", "--steps", "9"]
+    args += ["--batch-size", "16"]
+    subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pretrain_trunk.py"), *args],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    prov = json.loads((tmp_path / "tiny.json").read_text())
+    assert prov["name"] == "tiny" and prov["sha256"] == sha256_of(tmp_path / "tiny.pt")
+    # --tiny: at most 24 classes x 2 faces x 2 renderings = 96 images, at most 6 batches of 16 an
+    # epoch: 9 steps take two epochs or more, the last one cut short.
+    training = prov["training"]
+    assert training["steps"] == 9 and len(training["epoch_losses"]) == training["epochs"] >= 2
+    assert training["epochs"] == -(-9 // training["steps_per_epoch"])
+    assert prov["source"]["n_train_images"] == 2 * prov["source"]["n_held_out_images"]
 
 
 @pytest.mark.parametrize("name", ALL_BUILTINS)

@@ -177,6 +177,24 @@ BUILTIN_WEIGHTS.register(
         ),
     ),
 )
+# v2's source trained for v1's 918 optimiser steps (v2 took 144): 19 instead of 3 training renderings
+# per symbol and face, so that it also makes v1's 6 passes. A candidate for mini, measured with
+# benchmarks/trunk_probe.py (benchmarks/README.md): better than v2, still below v1.
+BUILTIN_WEIGHTS.register(
+    "smallcnn-symbols-v3",
+    BuiltinWeights(
+        name="smallcnn-symbols-v3",
+        trunk="smallcnn",
+        file="smallcnn-symbols-v3.pt",
+        provenance_file="smallcnn-symbols-v3.json",
+        sha256="06fa08f0b5724abdecc38b3d92f9624cb2bf037ae7e4700ce0a464eb0427e24a",
+        description=(
+            "smallcnn-symbols-v2's source (Unicode symbols disjoint from glyphs and Omniglot by identity "
+            "and by appearance) with v1's optimiser steps: 19 jittered renderings per symbol and face, "
+            "918 steps (benchmarks/pretrain_trunk.py --match-steps-of smallcnn-symbols)"
+        ),
+    ),
+)
 
 
 def sha256_of(path: Path) -> str:
