@@ -4,7 +4,7 @@ used a longer one: the per-fold cost of stopping early, without training anythin
 Usage::
 
     python benchmarks/patience_truncation.py RECORDS_DIR [RECORDS_DIR ...] [--out FILE]
-    python benchmarks/patience_truncation.py --folds-jsonl FILE [--out FILE]
+    python benchmarks/patience_truncation.py --folds-jsonl FILE [--show 2,5,10] [--out FILE]
 
 The second form reads the folds that ``benchmarks/fold_convergence.py --jsonl FILE`` trained (one
 fold per line, each loss at its default parameters, typically with a long patience so that the
@@ -171,8 +171,9 @@ def table(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def jsonl_table(path: Path) -> str:
-    """The markdown table over the folds of a ``fold_convergence.py --jsonl`` file."""
+def jsonl_table(path: Path, show: Sequence[int] | None = None) -> str:
+    """The markdown table over the folds of a ``fold_convergence.py --jsonl`` file; ``show``
+    limits the columns to those patiences (all below the recorded one by default)."""
     groups: dict[tuple[str, str, int, int, int], list[dict[str, Any]]] = {}
     for line in path.read_text().splitlines():
         if line.strip():
@@ -188,18 +189,24 @@ def jsonl_table(path: Path) -> str:
     if not groups:
         return "(no folds)\n"
     longest = max(key[2] for key in groups)
+    columns = [p for p in (show or range(1, longest)) if 1 <= p < longest]
     lines = [
         "| dataset | loss | recorded patience (window) | folds | "
-        + " | ".join(f"patience {p}" for p in range(1, longest))
+        + " | ".join(f"patience {p}" for p in columns)
         + " |",
-        "|---" * (4 + longest - 1) + "|",
+        "|---" * (4 + len(columns)) + "|",
     ]
     for (dataset, loss, recorded, every, iters), folds in sorted(groups.items()):
-        rows = truncations(folds, recorded)
+        by_p = {t.patience: t for t in truncations(folds, recorded)}
         cells = [
-            f"−{t.drop_points:.2f} ± {t.drop_half_width:.2f}; {t.changed_share:.0%}; {t.epoch_fraction:.2f}"
-            for t in rows
-        ] + [""] * (longest - recorded)
+            (
+                f"−{by_p[p].drop_points:.2f} ± {by_p[p].drop_half_width:.2f}; "
+                f"{by_p[p].changed_share:.0%}; {by_p[p].epoch_fraction:.2f}"
+            )
+            if p in by_p
+            else ""
+            for p in columns
+        ]
         usable = sum(f.get("stopped_by") == "patience" for f in folds)
         lines.append(
             f"| {dataset} | {loss} | {recorded} ({recorded * every * iters} it.) | "
@@ -217,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("records", nargs="*", type=Path, help="folders of MLRC record JSON files")
     parser.add_argument("--folds-jsonl", type=Path, default=None, help="fold_convergence.py --jsonl output")
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+    parser.add_argument(
+        "--show", default=None, help="with --folds-jsonl: the patience columns to show, e.g. 2,5,10,15"
+    )
     args = parser.parse_args(argv)
     if bool(args.records) == (args.folds_jsonl is not None):
         print("error: give record folders or --folds-jsonl FILE (one of the two)", file=sys.stderr)
@@ -227,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"error: not found: {', '.join(missing)}", file=sys.stderr)
         return 2
-    text = table(args.records) if args.records else jsonl_table(args.folds_jsonl)
+    show = [int(p) for p in args.show.split(",")] if args.show else None
+    text = table(args.records) if args.records else jsonl_table(args.folds_jsonl, show)
     print(text, end="")
     if args.out is not None:
         args.out.write_text(text)

@@ -105,3 +105,6 @@ def test_the_jsonl_form_reads_fold_convergence_lines(tmp_path: Path) -> None:
         "−5.00 ± 0.00; 100%; 0.38 | −5.00 ± 0.00; 100%; 0.50 |"
     )
     assert pt.main([str(tmp_path), "--folds-jsonl", str(path)]) == 2
+    assert pt.main(["--folds-jsonl", str(path), "--show", "2", "--out", str(out)]) == 0
+    (row,) = [r for r in out.read_text().splitlines() if r.startswith("| omniglot | contrastive |")]
+    assert row.endswith("| 1 of 2 | −5.00 ± 0.00; 100%; 0.50 |")
