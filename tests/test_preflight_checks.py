@@ -244,11 +244,14 @@ def test_the_storage_check_imports_neither_optuna_nor_torch() -> None:
         ("embedder_init", "xavier", "model.embedder_init must be one of default, kaiming, got 'xavier'"),
     ],
 )
-def test_training_option_values_are_checked_without_torch(key: str, value: object, message: str) -> None:
+def test_training_option_values_are_checked_without_torch(key: str, value: str, message: str) -> None:
     import dataclasses
 
     config = RunConfig()
-    changed = dataclasses.replace(config, model=dataclasses.replace(config.model, **{key: value}))
+    model = dataclasses.replace(config.model, pooling=value) if key == "pooling" else config.model
+    if key == "embedder_init":
+        model = dataclasses.replace(model, embedder_init=value)
+    changed = dataclasses.replace(config, model=model)
     with pytest.raises(ConfigError) as info:
         validate_training_options(changed)
     assert str(info.value) == message + "."

@@ -57,10 +57,10 @@ TRADITIONAL_PAPER = {
 
 
 def _resolve(
-    protocol: str, budget: str = "paper", dataset: str = "glyphs", **user: Any
+    protocol: str, budget: str = "paper", dataset: str = "glyphs", user: dict[str, Any] | None = None
 ) -> tuple[RunConfig, RunConfig]:
     request = RunRequest(
-        loss="contrastive", protocol=protocol, budget=budget, dataset=dataset, overrides=user
+        loss="contrastive", protocol=protocol, budget=budget, dataset=dataset, overrides=user or {}
     )
     return resolve_run_config(*request_layers(request), dataset_paper_settings)
 
@@ -178,7 +178,7 @@ def test_budget_overrides_target_the_settings_block() -> None:
 def test_a_changed_setting_is_a_deviation_named_settings_key(
     protocol: str, key: str, value: Any, paper: Any
 ) -> None:
-    resolved, paper_config = _resolve(protocol, "smoke", **{f"settings.{key}": value})
+    resolved, paper_config = _resolve(protocol, "smoke", user={f"settings.{key}": value})
     assert resolved.settings[key] == value
     assert _devs(resolved, paper_config)[f"settings.{key}"] == (paper, value)
 
@@ -205,7 +205,7 @@ def test_a_changed_setting_is_a_deviation_named_settings_key(
 )
 def test_bad_setting_values_name_the_key(protocol: str, key: str, value: Any, message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        _resolve(protocol, "smoke", **{f"settings.{key}": value})
+        _resolve(protocol, "smoke", user={f"settings.{key}": value})
     assert message in str(info.value)
 
 
@@ -243,7 +243,7 @@ def test_an_old_spelling_says_where_the_key_moved(protocol: str, key: str) -> No
     moved = MOVED_KEYS[key]
     expected = f"Config key {key!r} is now 'settings.{moved.setting}' of the {moved.protocol!r} protocol"
     with pytest.raises(ConfigError) as info:
-        _resolve(protocol, "smoke", **{key: moved.neutral})
+        _resolve(protocol, "smoke", user={key: moved.neutral})
     assert expected in str(info.value)
     assert f"--set settings.{moved.setting}=VALUE and --protocol {moved.protocol}" in str(info.value)
 
@@ -273,7 +273,7 @@ def test_an_old_spelling_in_a_protocol_file_says_where_the_key_moved(
 )
 def test_another_protocols_setting_is_refused_naming_its_owner(protocol: str, key: str, owner: str) -> None:
     with pytest.raises(ConfigError) as info:
-        _resolve(protocol, "smoke", **{f"settings.{key}": 1})
+        _resolve(protocol, "smoke", user={f"settings.{key}": 1})
     message = str(info.value)
     assert f"settings.{key} = 1 is a setting of the {owner!r} protocol" in message
     assert f"this run's protocol is {protocol!r}" in message and f"--protocol {owner}" in message
@@ -358,8 +358,10 @@ def test_committed_record_configs_read_in_todays_layout() -> None:
 
 
 def test_current_layout_moves_a_protocols_own_keys_and_keeps_real_differences() -> None:
-    cbir = {"protocol": {"name": "cbir", "query_fraction": 0.5, "split_seed": 0, "train_classes": 0},
-            "train": {"lr": 1e-3, "warmup_epochs": 0, "clip_grad_value": 0.0}}  # fmt: skip
+    cbir: dict[str, Any] = {
+        "protocol": {"name": "cbir", "query_fraction": 0.5, "split_seed": 0, "train_classes": 0},
+        "train": {"lr": 1e-3, "warmup_epochs": 0, "clip_grad_value": 0.0},
+    }
     assert current_layout(cbir) == {
         "protocol": {"name": "cbir"},
         "train": {"lr": 1e-3},

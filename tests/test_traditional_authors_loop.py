@@ -270,9 +270,9 @@ def test_bad_option_values_are_config_errors() -> None:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             validate_common(config_from_mapping(data), {})
     # The loop options are the protocol's settings, checked when its config is resolved.
-    for key, value in (("lr_decay_gamma", 0.0), ("clip_grad_value", -1.0), ("warmup_epochs", -1)):
-        with pytest.raises(ConfigError, match=rf"settings\.{key} must be"):
-            resolve_run_config(load_protocol_file("traditional"), {}, {f"settings.{key}": value})
+    for setting, bad in (("lr_decay_gamma", 0.0), ("clip_grad_value", -1.0), ("warmup_epochs", -1)):
+        with pytest.raises(ConfigError, match=rf"settings\.{setting} must be"):
+            resolve_run_config(load_protocol_file("traditional"), {}, {f"settings.{setting}": bad})
 
 
 @pytest.mark.slow
