@@ -30,6 +30,7 @@ import tomllib
 
 from benchmark.checks import check_name
 from benchmark.errors import ConfigError, UnknownNameError
+from benchmark.moved_keys import moved_key_message
 
 T = TypeVar("T")
 
@@ -62,17 +63,8 @@ class ProtocolSection:
     name: str = "mlrc"
     description: str = ""
     n_folds: int = 4
-    # Split settings that only one protocol reads (its module declares them in ``only_keys``, see
-    # benchmark.protocol.registry; set for another protocol they are an error). They stay fields of
-    # this section because run identities and records (config hashes) include them.
-    # A closed-set split: the share of each class's images that become queries, and the seed of
-    # that split. The seed is not the run's --seed on purpose: every loss and every run seed is
-    # scored on the same queries, as with a dataset's official split.
-    query_fraction: float = 0.25
-    split_seed: int = 0
-    # A class split: the first ``train_classes`` sorted class ids train, the rest test; 0 = half
-    # of the classes (SOP's paper value is its official 11,318).
-    train_classes: int = 0
+    # A split setting that only one protocol reads is that protocol's own (its [settings] block,
+    # e.g. cbir's query_fraction; benchmark.moved_keys lists the keys that used to be here).
 
 
 @dataclass(frozen=True)
@@ -125,14 +117,8 @@ class TrainConfig:
     weight_decay: float = 1e-4
     momentum: float = 0.9
     param_momentum: float = 0.9
-    # Loop options of the traditional protocol's authors' code (0 = off, the MLRC loop):
-    # epochs at the start that train only the embedder and the loss's parameters (trunk frozen),
-    warmup_epochs: int = 0
-    # every lr multiplied by lr_decay_gamma after each lr_decay_step epochs (StepLR),
-    lr_decay_step: int = 0
-    lr_decay_gamma: float = 1.0
-    # and each trunk/embedder gradient clipped to [-clip_grad_value, clip_grad_value].
-    clip_grad_value: float = 0.0
+    # The traditional protocol's loop options (warm-up, lr decay, gradient clipping) are its own
+    # settings (protocols/traditional.toml [settings]; benchmark.engine.training_options.LoopOptions).
 
 
 @dataclass(frozen=True)
@@ -256,6 +242,10 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(names))
+    for key in unknown:
+        moved = moved_key_message(_join(prefix, key))
+        if moved is not None:
+            raise ConfigError(moved)
     if unknown:
         where = f"section [{prefix}]" if prefix else "the top level"
         close = difflib.get_close_matches(unknown[0], names, n=1)
@@ -571,14 +561,12 @@ def check_eval(e: EvalConfig) -> None:
 #: Settings added after run records and regression baselines existed, with the value that
 #: reproduces the earlier computation exactly (the MLRC loop). Identities that must stay
 #: comparable with stored ones (``dmlbench regress``) leave them out while they hold that value.
+#: (The traditional protocol's loop options, once here too, are its own settings now: an MLRC
+#: config has no such key at all, so its identity is the one stored before they existed.)
 NEUTRAL_DEFAULTS: dict[str, Any] = {
     "model.freeze_trunk_bn_affine": False,
     "model.pooling": "avg",
     "model.embedder_init": "default",
-    "train.warmup_epochs": 0,
-    "train.lr_decay_step": 0,
-    "train.lr_decay_gamma": 1.0,
-    "train.clip_grad_value": 0.0,
     "eval.knn": "exact",
     "eval.ivf_nlist": 0,
     "eval.ivf_nprobe": 16,

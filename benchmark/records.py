@@ -72,6 +72,7 @@ from typing import (
 
 from benchmark.config import Deviation
 from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.moved_keys import current_layout
 from benchmark.registry import PluginSource, PluginSourceDoc, Registry
 from benchmark.schema import NEEDED, Read
 
@@ -742,9 +743,10 @@ def latest_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[Ru
 def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
     """What makes records replicates of one row (docs/protocols.md §4.5): the loss and the resolved
     configuration, without where the data lay (``data.data_dir`` differs between machines) and
-    without the seed (which is not part of ``config``)."""
+    without the seed (which is not part of ``config``). A config of the layout before the built-in
+    protocols' own keys moved into ``settings`` is compared in today's (moved_keys.current_layout)."""
     r = as_record(record)
-    config = json.loads(json.dumps(r.document.get("config", {}), sort_keys=True, default=str))
+    config = json.loads(json.dumps(current_layout(r.document.get("config", {})), sort_keys=True, default=str))
     if isinstance(config.get("data"), dict):
         config["data"].pop("data_dir", None)
     canonical = json.dumps({"loss": r.loss, "config": config}, sort_keys=True)

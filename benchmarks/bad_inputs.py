@@ -393,10 +393,16 @@ CASES: tuple[Case, ...] = (
         ("Config key 'search.n_trials' is not used by protocol 'traditional'",),
     ),
     Case(
-        "cbir with protocol.query_fraction=1.5",
+        "cbir with settings.query_fraction=1.5",
         "31 (8)",
-        (*RUN, "--protocol", "cbir", "--set", "protocol.query_fraction=1.5"),
-        ("protocol.query_fraction must lie in (0, 1), got 1.5",),
+        (*RUN, "--protocol", "cbir", "--set", "settings.query_fraction=1.5"),
+        ("settings.query_fraction must lie in (0, 1), got 1.5",),
+    ),
+    Case(
+        "mlrc with protocol.query_fraction=0.5 (a cbir setting, moved)",
+        "29",
+        (*RUN, "--set", "protocol.query_fraction=0.5"),
+        ("'protocol.query_fraction' is now 'settings.query_fraction' of the 'cbir' protocol",),
     ),
     Case(
         "cbir with train.eval_every=1 (selection on the queries)",

@@ -16,8 +16,9 @@ from benchmark.config import (
     resolve_config,
 )
 from benchmark.errors import ConfigError, UnknownNameError
+from benchmark.moved_keys import MOVED_KEYS
 from benchmark.protocol.mlrc_run import MLRCRun
-from benchmark.protocol.registry import protocol_only_keys, resolve_run_config
+from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.request import RunRequest
 
 PAPER = load_protocol_file("mlrc")
@@ -135,16 +136,20 @@ def test_bad_search_range_override(override: dict[str, object], message: str) ->
 
 
 @pytest.mark.parametrize("protocol", protocol_names())
-@pytest.mark.parametrize(("key", "value"), [("protocol.query_fraction", 0.5), ("protocol.split_seed", 7)])
-def test_protocol_only_keys_rejected_elsewhere(protocol: str, key: str, value: object) -> None:
+@pytest.mark.parametrize(
+    ("key", "value"), [("query_fraction", 0.5), ("split_seed", 7), ("train_classes", 10)]
+)
+def test_protocol_settings_rejected_elsewhere(protocol: str, key: str, value: object) -> None:
     data = load_protocol_file(protocol)
-    owner = protocol_only_keys()[key]
+    owner = next(m.protocol for m in MOVED_KEYS.values() if m.setting == key)
+    setting = f"settings.{key}"
     if protocol_kind(data) == owner:
-        resolved, paper = resolve_run_config(data, {}, {key: value})
-        assert key in {d.key for d in deviations(resolved, paper)}
+        resolved, paper = resolve_run_config(data, {}, {setting: value})
+        assert setting in {d.key for d in deviations(resolved, paper)}
     else:
-        with pytest.raises(ConfigError, match=f"{key} = {value!r} is only read by the '{owner}' protocol"):
-            resolve_run_config(data, {}, {key: value})
+        message = f"{setting} = {value!r} is a setting of the '{owner}' protocol, but this run's protocol"
+        with pytest.raises(ConfigError, match=message):
+            resolve_run_config(data, {}, {setting: value})
 
 
 def test_protocol_names_are_the_protocol_files() -> None:

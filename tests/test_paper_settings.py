@@ -174,19 +174,20 @@ def test_smoke_run_on_cars_layout_keeps_ten_proxies_and_cars_schedule(tmp_path: 
 
 
 def test_traditional_trains_on_sops_official_classes() -> None:
+    from benchmark.protocol.registry import resolve_run_config
     from benchmark.protocol.traditional import half_split
 
     protocol = load_protocol_file("traditional")
-    config, paper = resolve_config(protocol, {}, {"data.dataset": "sop"}, dataset_paper_settings)
-    assert config.protocol.train_classes == 11318 and deviations(config, paper) == []
-    split = half_split(range(1, 22635), config.protocol.train_classes)
+    config, paper = resolve_run_config(protocol, {}, {"data.dataset": "sop"}, dataset_paper_settings)
+    assert config.settings["train_classes"] == 11318 and deviations(config, paper) == []
+    split = half_split(range(1, 22635), config.settings["train_classes"])
     assert (len(split.train), len(split.test)) == (11318, 11316)
     assert split.train[-1] == 11318 and split.test[0] == 11319
     # Elsewhere the half/half cut stays.
-    config, _ = resolve_config(protocol, {}, {"data.dataset": "cub200"}, dataset_paper_settings)
-    assert half_split(range(1, 201), config.protocol.train_classes).test[0] == 101
+    config, _ = resolve_run_config(protocol, {}, {"data.dataset": "cub200"}, dataset_paper_settings)
+    assert half_split(range(1, 201), config.settings["train_classes"]).test[0] == 101
     # CPU budgets keep too few classes for 11,318: they cut in half, recorded as a deviation.
     mini = budget_overrides("mini", "traditional")
-    config, paper = resolve_config(protocol, mini, {"data.dataset": "sop"}, dataset_paper_settings)
+    config, paper = resolve_run_config(protocol, mini, {"data.dataset": "sop"}, dataset_paper_settings)
     devs = {d.key: (d.paper, d.value) for d in deviations(config, paper)}
-    assert devs["protocol.train_classes"] == (11318, 0)
+    assert devs["settings.train_classes"] == (11318, 0)

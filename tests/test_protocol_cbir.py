@@ -188,7 +188,7 @@ def test_split_settings_change_the_split(smoke: Path, tmp_path: Path, cache_dir:
     default = record_of(smoke, "contrastive")["data"]
     args = run_args(tmp_path, "contrastive")
     proc = dmlbench(
-        *args, "--set", "protocol.query_fraction=0.5", "--set", "protocol.split_seed=3", cache=cache_dir
+        *args, "--set", "settings.query_fraction=0.5", "--set", "settings.split_seed=3", cache=cache_dir
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = record_of(tmp_path, "contrastive")
@@ -196,14 +196,16 @@ def test_split_settings_change_the_split(smoke: Path, tmp_path: Path, cache_dir:
     assert (data["query_fraction"], data["split_seed"]) == (0.5, 3)
     assert data["n_query_images"] == 4 * data["n_classes"]  # half of 8 images per class
     assert data["split_fingerprint"] != default["split_fingerprint"]
-    assert {"protocol.query_fraction", "protocol.split_seed"} <= {d["key"] for d in rec["deviations"]}
+    assert {"settings.query_fraction", "settings.split_seed"} <= {d["key"] for d in rec["deviations"]}
+    assert rec["config"]["settings"] == {"query_fraction": 0.5, "split_seed": 3}
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("protocol.query_fraction=1.0", "protocol.query_fraction must lie in"),
-        ("protocol.split_seed=-1", ">= 0"),
+        ("settings.query_fraction=1.0", "settings.query_fraction must lie in"),
+        ("settings.split_seed=-1", "settings.split_seed must be >= 0"),
+        ("protocol.query_fraction=0.5", "'protocol.query_fraction' is now 'settings.query_fraction'"),
     ],
 )
 def test_bad_split_settings_fail_before_compute(

@@ -147,9 +147,6 @@ def test_repeated_config_check(section: str, values: dict[str, Any], message: st
 @pytest.mark.parametrize(
     ("section", "values", "message"),
     [
-        ("protocol", {"query_fraction": 1.5}, "protocol.query_fraction must lie in (0, 1), got 1.5."),
-        ("protocol", {"query_fraction": 0.0}, "protocol.query_fraction must lie in (0, 1), got 0.0."),
-        ("protocol", {"split_seed": -1}, "protocol.split_seed must be >= 0, got -1."),
         (
             "train",
             {"eval_every": 1},
@@ -221,7 +218,7 @@ def _request(tmp_path: Path, protocol: str = "mlrc", **changes: Any) -> RunReque
         ("mlrc", {"overrides": {"search.n_trials": 0}}, "search.n_trials must be >= 1, got 0."),
         ("mlrc", {"overrides": {"protocol.n_folds": 3}}, "protocol.n_folds must be 4 for MLRC (got 3)."),
         ("traditional", {"jobs": 2}, "got --jobs 2"),
-        ("cbir", {"overrides": {"protocol.query_fraction": 1.5}}, "got 1.5"),
+        ("cbir", {"overrides": {"settings.query_fraction": 1.5}}, "got 1.5"),
     ],
 )
 def test_preflight_and_the_runner_give_the_same_answer(

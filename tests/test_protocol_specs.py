@@ -16,7 +16,7 @@ import pytest
 
 from benchmark.budgets import BUDGETS
 from benchmark.errors import UnknownNameError
-from benchmark.protocol.registry import budget_overrides, protocol_only_keys, protocol_spec, protocol_specs
+from benchmark.protocol.registry import budget_overrides, protocol_spec, protocol_specs, setting_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,10 +97,16 @@ def test_a_protocol_from_its_module_and_toml_file_alone(tmp_path: Path) -> None:
 def test_builtin_protocols_declare_their_own_settings() -> None:
     kinds = [s.name for s in protocol_specs()]
     assert kinds == ["cbir", "mlrc", "traditional"]
-    assert protocol_only_keys() == {
-        "protocol.query_fraction": "cbir",
-        "protocol.split_seed": "cbir",
-        "protocol.train_classes": "traditional",
+    assert {s.name: setting_names(s) for s in protocol_specs()} == {
+        "cbir": ("query_fraction", "split_seed"),
+        "mlrc": (),
+        "traditional": (
+            "train_classes",
+            "warmup_epochs",
+            "lr_decay_step",
+            "lr_decay_gamma",
+            "clip_grad_value",
+        ),
     }
     smoke = BUDGETS.get("smoke").overrides
     assert budget_overrides("smoke", "mlrc") is smoke

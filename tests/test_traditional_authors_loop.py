@@ -17,27 +17,31 @@ from test_paper_settings import _pixels, make_sop_tree
 
 from benchmark.config import (
     RunConfig,
-    TrainConfig,
     config_from_mapping,
     deviations,
     load_protocol_file,
-    resolve_config,
 )
 from benchmark.data.augment import IMAGENET_AUGMENT
 from benchmark.data.base import ImageDataset
 from benchmark.engine.train import build_fold_model, train_with_loss
-from benchmark.engine.training_options import LoopControl, configure_model
+from benchmark.engine.training_options import LoopControl, LoopOptions, configure_model
 from benchmark.errors import ConfigError
 from benchmark.losses import LOSSES
 from benchmark.models.trunks import build_model
-from benchmark.protocol.registry import budget_overrides
+from benchmark.protocol.registry import budget_overrides, resolve_run_config
 from benchmark.protocol.request import dataset_paper_settings, validate_common
 from benchmark.protocol.run_data import AUGMENTS
+from benchmark.protocol.traditional import PROTOCOL, TraditionalSettings
 
 
 def _paper() -> RunConfig:
-    config, _ = resolve_config(load_protocol_file("traditional"), {}, {}, dataset_paper_settings)
+    config, _ = resolve_run_config(load_protocol_file("traditional"), {}, {}, dataset_paper_settings)
     return config
+
+
+def _settings(config: RunConfig) -> TraditionalSettings:
+    settings: TraditionalSettings = PROTOCOL.settings_of(config)
+    return settings
 
 
 def test_the_protocol_file_holds_the_authors_settings() -> None:
@@ -47,17 +51,13 @@ def test_the_protocol_file_holds_the_authors_settings() -> None:
         "kaiming",
         True,
     )
-    assert (c.train.warmup_epochs, c.train.lr_decay_step, c.train.lr_decay_gamma) == (1, 10, 0.5)
-    assert c.train.clip_grad_value == 10 and c.data.image_size == 224
+    s = _settings(c)
+    assert (s.warmup_epochs, s.lr_decay_step, s.lr_decay_gamma) == (1, 10, 0.5)
+    assert s.clip_grad_value == 10 and c.data.image_size == 224
     assert AUGMENTS[c.data.augment] == IMAGENET_AUGMENT and IMAGENET_AUGMENT.scale == (0.08, 1.0)
-    # MLRC keeps its own loop: every option off.
+    # MLRC keeps its own loop: its model options off, and the loop options are not its settings.
     m = config_from_mapping(load_protocol_file("mlrc"))
-    assert (m.model.pooling, m.model.embedder_init, m.train.warmup_epochs, m.train.clip_grad_value) == (
-        "avg",
-        "default",
-        0,
-        0,
-    )
+    assert (m.model.pooling, m.model.embedder_init, dict(m.settings)) == ("avg", "default", {})
 
 
 @pytest.mark.parametrize(
@@ -82,18 +82,18 @@ def test_per_dataset_settings_are_the_authors_commands(
 ) -> None:
     from benchmark.protocol.traditional import traditional_param_lr
 
-    config, paper = resolve_config(
+    config, paper = resolve_run_config(
         load_protocol_file("traditional"), {}, {"data.dataset": dataset}, dataset_paper_settings
     )
-    t, m = config.train, config.model
-    assert (t.lr, t.lr_decay_step, t.lr_decay_gamma) == (lr, step, gamma)
+    t, m, s = config.train, config.model, _settings(config)
+    assert (t.lr, s.lr_decay_step, s.lr_decay_gamma) == (lr, step, gamma)
     assert (m.freeze_trunk_bn, m.freeze_trunk_bn_affine) == (bn_frozen, bn_frozen)
     assert traditional_param_lr(LOSSES.get("mfcwms"), t.lr) == mean_field_lr
     # They are the paper configuration of that dataset: no deviation is recorded for them.
     assert deviations(config, paper) == []
     # The paper text's single lr (1e-4) on SOP is a recorded deviation from the authors' 6e-4.
     if dataset == "sop":
-        config, paper = resolve_config(
+        config, paper = resolve_run_config(
             load_protocol_file("traditional"), {}, {"data.dataset": "sop", "train.lr": 1e-4},
             dataset_paper_settings,
         )  # fmt: skip
@@ -139,7 +139,7 @@ def test_step_decay_and_value_clipping() -> None:
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     control = LoopControl(
-        TrainConfig(lr_decay_step=10, lr_decay_gamma=0.5, clip_grad_value=10.0), model, [opt]
+        LoopOptions(lr_decay_step=10, lr_decay_gamma=0.5, clip_grad_value=10.0), model, [opt]
     )
     lrs = []
     for _ in range(25):
@@ -170,7 +170,7 @@ def test_warmup_epoch_trains_only_the_embedder() -> None:
         "patience": 1,
         "lr": 1e-2,
     }
-    config = config_from_mapping({"model": base, "train": {**train, "warmup_epochs": 1}})
+    config = config_from_mapping({"model": base, "train": train})
     data = _data()
     before = build_fold_model(config, data, seed=5)
     _, after, _ = train_with_loss(
@@ -184,13 +184,13 @@ def test_warmup_epoch_trains_only_the_embedder() -> None:
         device=torch.device("cpu"),
         optimizer="adamw",
         prefetch_depth=0,
+        loop=LoopOptions(warmup_epochs=1),
     )
     for (name, p0), p1 in zip(before.trunk.named_parameters(), after.trunk.parameters(), strict=True):
         assert torch.equal(p0, p1), name
         assert p1.requires_grad  # trainable again after the fold
     assert not torch.equal(before.embedder.weight, after.embedder.weight)
     # Without warm-up the same epoch moves the trunk.
-    config = config_from_mapping({"model": base, "train": train})
     _, moved, _ = train_with_loss(
         config=config,
         loss_name="contrastive",
@@ -244,7 +244,7 @@ def test_batchnorm_affine_trains_from_the_epoch_the_warmup_ends(monkeypatch: pyt
         (0, {1: (False, False, True), 2: (False, False, True), 3: (False, False, True)}),
     ):
         seen.clear()
-        config = config_from_mapping({"model": model, "train": {**train, "warmup_epochs": warmup}})
+        config = config_from_mapping({"model": model, "train": train})
         data = _data()
         train_with_loss(
             config=config,
@@ -257,23 +257,22 @@ def test_batchnorm_affine_trains_from_the_epoch_the_warmup_ends(monkeypatch: pyt
             device=torch.device("cpu"),
             optimizer="adamw",
             prefetch_depth=0,
+            loop=LoopOptions(warmup_epochs=warmup),
         )
         assert seen == expected, (warmup, seen)
 
 
 def test_bad_option_values_are_config_errors() -> None:
-    for key, value in (
-        ("model.pooling", "max"),
-        ("model.embedder_init", "xavier"),
-        ("train.lr_decay_gamma", 0.0),
-        ("train.clip_grad_value", -1.0),
-        ("train.warmup_epochs", -1),
-    ):
+    for key, value in (("model.pooling", "max"), ("model.embedder_init", "xavier")):
         section, name = key.split(".")
         data: dict[str, dict[str, object]] = {"model": {"trunk": "smallcnn", "pretrained": False}}
         data[section] = {**data.get(section, {}), name: value}
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             validate_common(config_from_mapping(data), {})
+    # The loop options are the protocol's settings, checked when its config is resolved.
+    for setting, bad in (("lr_decay_gamma", 0.0), ("clip_grad_value", -1.0), ("warmup_epochs", -1)):
+        with pytest.raises(ConfigError, match=rf"settings\.{setting} must be"):
+            resolve_run_config(load_protocol_file("traditional"), {}, {f"settings.{setting}": bad})
 
 
 @pytest.mark.slow
@@ -287,21 +286,21 @@ def test_smoke_run_on_sop_layout_states_what_the_budget_changes(tmp_path: Path) 
     (record,) = (tmp_path / "results" / "sop" / "traditional" / "records").glob("*.json")
     rec = json.loads(record.read_text())
     devs = {d["key"]: (d["paper"], d["value"]) for d in rec["deviations"]}
-    assert devs["protocol.train_classes"] == (11318, 0)
-    assert devs["train.warmup_epochs"] == (1, 0)
+    assert devs["settings.train_classes"] == (11318, 0)
+    assert devs["settings.warmup_epochs"] == (1, 0)
     # SOP's paper value is the authors' --bn-freeze 0 (gamma/beta train), as the CPU budget's.
     assert rec["config"]["model"]["freeze_trunk_bn_affine"] is False
     # Kept from the authors' loop on the CPU budget: no deviation recorded for them.
-    kept_keys = ("model.pooling", "model.embedder_init", "train.clip_grad_value", "train.lr_decay_step")
-    for kept in (*kept_keys, "model.freeze_trunk_bn_affine", "train.lr", "train.lr_decay_gamma"):
+    kept_keys = ("model.pooling", "model.embedder_init", "settings.clip_grad_value", "settings.lr_decay_step")
+    for kept in (*kept_keys, "model.freeze_trunk_bn_affine", "train.lr", "settings.lr_decay_gamma"):
         assert kept not in devs
     assert rec["config"]["model"]["pooling"] == "avg+max"
     smoke = budget_overrides("smoke", "traditional")
-    assert smoke["protocol.train_classes"] == 0
-    config, paper = resolve_config(
+    assert smoke["settings.train_classes"] == 0
+    config, paper = resolve_run_config(
         load_protocol_file("traditional"), smoke, {"data.dataset": "sop"}, dataset_paper_settings
     )
-    assert {d.key for d in deviations(config, paper)} >= {"protocol.train_classes", "train.warmup_epochs"}
+    assert {d.key for d in deviations(config, paper)} >= {"settings.train_classes", "settings.warmup_epochs"}
 
 
 def make_inshop_tree(root: Path, n_train: int = 24, n_test: int = 12) -> Path:
@@ -372,11 +371,11 @@ def test_inshop_runs_traditional_with_query_gallery_retrieval(tmp_path: Path) ->
     assert (data["n_train_classes"], data["n_test_classes"]) == (24, 12)
     assert (data["n_train_images"], data["n_query_images"], data["n_gallery_images"]) == (96, 24, 36)
     # The authors' InShop command: lr 6e-4 (mean fields 1.2), decay 20 by 0.25, BatchNorm training.
-    assert rec["config"]["train"]["lr"] == 6e-4 and rec["config"]["train"]["lr_decay_gamma"] == 0.25
+    assert rec["config"]["train"]["lr"] == 6e-4 and rec["config"]["settings"]["lr_decay_gamma"] == 0.25
     assert rec["config"]["model"]["freeze_trunk_bn"] is False
     assert {d["key"] for d in rec["deviations"]}.isdisjoint({"train.lr", "model.freeze_trunk_bn"})
     for rep in rec["test"]["rep_details"]:
         assert 0.0 <= rep["scores"]["test"]["map_at_r"] <= 1.0
     # A class cut cannot be combined with the official partitions.
-    bad = dmlbench(*args, "--set", "protocol.train_classes=10", cache=tmp_path / "cache")
+    bad = dmlbench(*args, "--set", "settings.train_classes=10", cache=tmp_path / "cache")
     assert bad.returncode != 0 and "official train/query/gallery partitions" in bad.stderr

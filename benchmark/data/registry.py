@@ -43,7 +43,9 @@ class DatasetSpec:
     protocol_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The papers' settings for this dataset, per protocol name, as dotted config keys applied on
     top of the protocol file and counted as paper values (not deviations), e.g. MLRC's schedule
-    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (docs/protocols.md §2.2)."""
+    ``{"mlrc": {"train.eval_every": 5, "train.patience": 3}}`` for Cars196 (docs/protocols.md §2.2);
+    a protocol's own settings as ``settings.KEY`` (SOP's ``{"traditional": {"settings.train_classes":
+    11318, ...}}``)."""
 
     check_data_dir: Callable[[Path], None] | None = None
     """The dataset's layout check: a cheap function of the ``--data-dir`` path (names of files and
@@ -159,8 +161,8 @@ STANDARD_DATASETS: dict[str, str] = {
 #: --lr-decay-step 20 --lr-decay-gamma 0.25 --bn-freeze 0`` (BatchNorm statistics and γ/β train).
 _SOP_INSHOP_TRADITIONAL: Mapping[str, Any] = {
     "train.lr": 6e-4,
-    "train.lr_decay_step": 20,
-    "train.lr_decay_gamma": 0.25,
+    "settings.lr_decay_step": 20,
+    "settings.lr_decay_gamma": 0.25,
     "model.freeze_trunk_bn": False,
     "model.freeze_trunk_bn_affine": False,
 }
@@ -188,11 +190,11 @@ PAPER_SETTINGS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
     "cub200": {"mlrc": {"train.eval_every": 2, "train.patience": 5, **MLRC_CUB_RANGES}},
     "cars196": {
         "mlrc": {"train.eval_every": 5, "train.patience": 3},
-        "traditional": {"train.lr_decay_step": 20},
+        "traditional": {"settings.lr_decay_step": 20},
     },
     "sop": {
         "mlrc": {"train.eval_every": 20, "train.patience": 2, **MLRC_SOP_RANGES},
-        "traditional": {"protocol.train_classes": 11318, **_SOP_INSHOP_TRADITIONAL},
+        "traditional": {"settings.train_classes": 11318, **_SOP_INSHOP_TRADITIONAL},
     },
     "inshop": {"traditional": {**_SOP_INSHOP_TRADITIONAL}},
 }

@@ -25,7 +25,7 @@ from benchmark.data.augment import train_batch as train_batch
 from benchmark.data.prefetch import Prefetcher
 from benchmark.data.sampler import MPerClassSampler, PassSampler
 from benchmark.engine.environment import code_identity
-from benchmark.engine.training_options import LoopControl, configure_model
+from benchmark.engine.training_options import LoopControl, LoopOptions, configure_model
 from benchmark.errors import ConfigError, TrainingDiverged
 from benchmark.losses import LOSSES, LossContext
 from benchmark.losses import build_loss as build_loss
@@ -365,6 +365,7 @@ def train_with_loss(
     time_limit_s: float | None = None,
     val_score: Callable[[EmbeddingModel], float] | None = None,
     validate_untrained: bool = True,
+    loop: LoopOptions | None = None,
 ) -> tuple[FoldResult, EmbeddingModel, nn.Module]:
     """As :func:`train_fold`, also returning the loss module (its anchors/proxies) as it was at
     the best validation epoch.
@@ -386,6 +387,8 @@ def train_with_loss(
     at epoch 0. False: the first validation is after epoch ``eval_every`` (the traditional
     protocol, whose authors' loop does not validate before training, and the cbir protocol, which
     selects nothing).
+    ``loop`` (None: MLRC's loop) adds a warm-up, step lr decay and gradient clipping
+    (:class:`~benchmark.engine.training_options.LoopOptions`; the traditional protocol's settings).
     """
     spec = LOSSES.get(loss_name)
     tc = config.train
@@ -416,7 +419,7 @@ def train_with_loss(
             tc.param_momentum,
         )
     # Warm-up, step lr decay, gradient clipping (all off for MLRC; see training_options).
-    control = LoopControl(tc, model, [opt] if loss_opt is None else [opt, loss_opt])
+    control = LoopControl(loop or LoopOptions(), model, [opt] if loss_opt is None else [opt, loss_opt])
 
     rng = np.random.default_rng(seed)
     sampler: MPerClassSampler | PassSampler

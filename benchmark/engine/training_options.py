@@ -1,7 +1,8 @@
 """Model and training-loop options beyond MLRC's loop, as the Mean-Field authors' code runs the
 traditional protocol (mft-in-dml ``train.py``, adapted from Proxy-Anchor's; protocols/traditional.toml).
 
-Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unchanged) and set by config keys:
+Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unchanged). The model
+options are config keys:
 
 * ``model.pooling = "avg+max"``: the trunk's last feature map is pooled by the *sum* of global
   average and global max pooling (their BN-Inception: ``gap(x) + gmp(x)``);
@@ -9,11 +10,16 @@ Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unch
 * ``model.freeze_trunk_bn_affine``: BatchNorm γ/β do not train either (their ``bn_freeze``), until
   a warm-up ends: their warm-up block sets ``requires_grad = True`` on every parameter outside the
   embedder and the loss at epoch ``warm``, γ/β included, so γ/β train from the first epoch after
-  the warm-up (and never without a warm-up);
-* ``train.warmup_epochs``: the first epochs train only the embedder and the loss's parameters;
-* ``train.lr_decay_step`` / ``lr_decay_gamma``: every learning rate times gamma after each step of
+  the warm-up (and never without a warm-up).
+
+The loop options are a :class:`LoopOptions` the protocol passes to
+:func:`benchmark.engine.train.train_with_loss` (the traditional protocol's own settings; the
+engine reads no protocol's settings itself):
+
+* ``warmup_epochs``: the first epochs train only the embedder and the loss's parameters;
+* ``lr_decay_step`` / ``lr_decay_gamma``: every learning rate times gamma after each step of
   epochs (torch's StepLR, stepped after every epoch, as theirs);
-* ``train.clip_grad_value``: each trunk/embedder gradient clipped to ±value before the step
+* ``clip_grad_value``: each trunk/embedder gradient clipped to ±value before the step
   (``clip_grad_value_(model.parameters(), 10)``; their loss parameters are not clipped).
 
 :mod:`benchmark.engine.train` calls :func:`configure_model` when it builds a model and a
@@ -22,10 +28,12 @@ Every option is off by default (the MLRC loop of docs/protocols.md §2.2 is unch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from benchmark.config import ModelConfig, TrainConfig
+from benchmark.config import ModelConfig
 from benchmark.errors import ConfigError
 from benchmark.models.trunks import EmbeddingModel
 
@@ -61,11 +69,25 @@ def configure_model(model: EmbeddingModel, options: ModelConfig, seed: int) -> E
     return model
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """Warm-up, learning-rate steps and gradient clipping of a training loop; the defaults are
+    MLRC's loop (none of them). The caller has checked the values (the protocol's settings)."""
+
+    #: Epochs at the start that train only the embedder and the loss's parameters (trunk frozen).
+    warmup_epochs: int = 0
+    #: Every lr multiplied by ``lr_decay_gamma`` after each ``lr_decay_step`` epochs (0 = no decay).
+    lr_decay_step: int = 0
+    lr_decay_gamma: float = 1.0
+    #: Each trunk/embedder gradient clipped to [-clip_grad_value, clip_grad_value] (0 = none).
+    clip_grad_value: float = 0.0
+
+
 class LoopControl:
     """Warm-up, learning-rate steps and gradient clipping of one fold's training loop."""
 
     def __init__(
-        self, options: TrainConfig, model: nn.Module, optimizers: list[torch.optim.Optimizer]
+        self, options: LoopOptions, model: nn.Module, optimizers: list[torch.optim.Optimizer]
     ) -> None:
         self.options = options
         self.model = model

@@ -3,10 +3,10 @@ docs/protocols.md §2.5 and §4.3): closed-set retrieval.
 
 The run code is :mod:`benchmark.protocol.cbir_run`. Choices, each recorded in the run record:
 
-* **Split**: :func:`~benchmark.data.closed_set.closed_set_split` with ``protocol.query_fraction``
-  of each class's images as queries (a quarter by default) and ``protocol.split_seed`` (0),
+* **Split**: :func:`~benchmark.data.closed_set.closed_set_split` with ``settings.query_fraction``
+  of each class's images as queries (a quarter by default) and ``settings.split_seed`` (0),
   independent of the run seed, so every loss, seed and rep is scored on the same database and
-  queries.
+  queries (:class:`CBIRSettings`, the ``[settings]`` block of protocols/cbir.toml).
 * **Training**: on the database (= training) images, loss defaults (no search; ``--set loss.X``
   fixes others), Adam (``train.lr``, ``train.weight_decay``), an epoch = one pass over the
   training images, class-based losses with plain random batches, pair-based with m = 4 per class.
@@ -26,6 +26,7 @@ The run code is :mod:`benchmark.protocol.cbir_run`. Choices, each recorded in th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmark.config import RunConfig
@@ -62,17 +63,29 @@ _SMOKE: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class CBIRSettings:
+    """The cbir protocol's own settings: the ``[settings]`` block of its files, ``--set settings.KEY=V``."""
+
+    #: The share of each class's images that become queries (the rest is the database).
+    query_fraction: float = 0.25
+    #: The seed of that split. Not the run's --seed on purpose: every loss and every run seed is
+    #: scored on the same queries, as with a dataset's official split.
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.query_fraction < 1.0:
+            raise ConfigError(f"settings.query_fraction must lie in (0, 1), got {self.query_fraction!r}.")
+        if self.split_seed < 0:
+            raise ConfigError(f"settings.split_seed must be >= 0, got {self.split_seed}.")
+
+
 def check_cbir_config(c: RunConfig, request: RunRequest | None = None) -> None:
     """cbir's own checks (torch-free; ``dmlbench run`` makes them before importing torch): those of
-    every protocol without search, then metrics it can score, the query fraction and split seed,
-    and no model selection on the queries."""
+    every protocol without search, then metrics it can score and no model selection on the queries
+    (the split's settings are checked by :class:`CBIRSettings` when the config is resolved)."""
     check_repeated_config(c, request)
     cbir_cutoffs(list(c.test.metrics))
-    fraction = c.protocol.query_fraction
-    if not 0.0 < fraction < 1.0:
-        raise ConfigError(f"protocol.query_fraction must lie in (0, 1), got {fraction!r}.")
-    if c.protocol.split_seed < 0:
-        raise ConfigError(f"protocol.split_seed must be >= 0, got {c.protocol.split_seed}.")
     if c.train.eval_every < c.train.max_epochs:
         # Scoring earlier epochs could only select on the queries: the test data.
         raise ConfigError(
@@ -86,7 +99,7 @@ PROTOCOL = register_protocol(
         "cbir",
         lazy_callable("benchmark.protocol.cbir_run:CBIRRun"),
         budget_overrides={"mini": _MINI, "smoke": _SMOKE},
-        only_keys=("protocol.query_fraction", "protocol.split_seed"),
+        settings=CBIRSettings,
         check_config=check_cbir_config,
     )
 )

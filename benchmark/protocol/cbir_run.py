@@ -32,7 +32,8 @@ from benchmark.metrics.two_stage import (
     rank_keys,
     score_hits,
 )
-from benchmark.protocol.cbir import cbir_cutoffs
+from benchmark.protocol.cbir import CBIRSettings, cbir_cutoffs
+from benchmark.protocol.registry import protocol_spec
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.records import RecordExtras
 
@@ -100,8 +101,15 @@ class CBIRRun(RepeatedRun):
     SELECTION = "none (the model after the last epoch)"
     SAMPLING = "pass"
 
+    def split_settings(self) -> CBIRSettings:
+        """The split's settings: the running protocol's own when they are (or extend)
+        :class:`CBIRSettings`, else cbir's defaults (a plugin protocol on this class whose settings
+        have no such keys runs cbir's split; setting them is refused when its config is resolved)."""
+        settings = protocol_spec(self.config.protocol.name).settings_of(self.config)
+        return settings if isinstance(settings, CBIRSettings) else CBIRSettings()
+
     def split(self) -> None:
-        p = self.config.protocol
+        p = self.split_settings()
         s = closed_set_split(self.dataset.labels, seed=p.split_seed, query_fraction=p.query_fraction)
         self.database_set: ImageDataset = self.dataset.take(s.database)
         self.query_set: ImageDataset = self.dataset.take(s.queries)

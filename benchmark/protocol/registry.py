@@ -6,8 +6,8 @@ built-in ones (``mlrc``, ``traditional``, ``cbir``, declared here as ``"module:a
 placeholders), or an installed distribution's entry point in the group ``dmlbench.protocols``
 naming a :class:`ProtocolSpec` (both resolved on first use by
 :class:`benchmark.registry.Registry`). The declaration holds what the torch-free layers need
-(budget overrides, the settings only this protocol reads, for ``dmlbench list``, ``--help`` and
-config validation) and names its run code lazily
+(budget overrides, the protocol's own settings, for ``dmlbench list``, ``--help`` and config
+validation) and names its run code lazily
 (:func:`benchmark.lazy.lazy_callable`), as the loss registry does. Neither ``budgets.py`` nor
 ``config.py`` names any protocol: adding one touches its TOML file and its module only.
 """
@@ -23,8 +23,6 @@ from benchmark.config import (
     DatasetSettings,
     RunConfig,
     build_section,
-    config_to_dict,
-    flatten,
     load_protocol_file,
     protocol_kind,
     protocol_path,
@@ -55,8 +53,6 @@ class ProtocolSpec:
     #: (protocols whose settings differ in kind from MLRC's: no search, epochs = dataset passes).
     #: A budget not named here applies its own overrides.
     budget_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: Dotted config keys only this protocol reads: set for another protocol they are an error.
-    only_keys: tuple[str, ...] = ()
     #: The protocol's own settings: a frozen dataclass whose fields (with defaults) are the keys of
     #: the ``[settings]`` table of its files and ``--set settings.KEY=V`` (None: it has none). Checked
     #: strictly when the config is resolved, before torch is imported; the run reads them with
@@ -168,23 +164,29 @@ def budget_overrides(budget: str, kind: str) -> Mapping[str, Any]:
     return protocol_spec(kind).overrides_for(budget, BUDGETS.get(budget).overrides)
 
 
-def protocol_only_keys() -> dict[str, str]:
-    """``{dotted key: protocol kind}`` of the settings that only one protocol reads."""
-    return {key: spec.name for spec in protocol_specs() for key in spec.only_keys}
+def setting_names(spec: ProtocolSpec) -> tuple[str, ...]:
+    """The keys of the ``[settings]`` block protocol ``spec`` declares (empty: it has none)."""
+    if spec.settings is None or not dataclasses.is_dataclass(spec.settings):
+        return ()
+    return tuple(f.name for f in dataclasses.fields(spec.settings))
 
 
-def check_protocol_only_keys(config: RunConfig) -> None:
-    """Refuse a setting that only another protocol reads (it would be silently ignored)."""
-    owned = protocol_only_keys()
-    if not owned:
-        return
-    values = flatten(config_to_dict(config))
-    defaults = flatten(config_to_dict(RunConfig()))
-    for key, owner in owned.items():
-        if config.protocol.name != owner and values[key] != defaults[key]:
+def check_setting_owners(config: RunConfig, spec: ProtocolSpec) -> None:
+    """Refuse a ``settings.KEY`` that ``spec`` does not declare but another protocol does, naming
+    that protocol (it would otherwise read as a typo; a key no protocol declares is left to
+    :meth:`ProtocolSpec.settings_of`, which names the valid keys)."""
+    own = setting_names(spec)
+    for key in sorted(config.settings):
+        if key in own:
+            continue
+        owners = [s.name for s in protocol_specs() if s.name != spec.name and key in setting_names(s)]
+        if owners:
+            theirs = ", ".join(repr(o) for o in owners)
+            mine = ", ".join(f"settings.{k}" for k in own) or "none"
             raise ConfigError(
-                f"{key} = {values[key]!r} is only read by the {owner!r} protocol; this run's protocol "
-                f"is {config.protocol.name!r}. Remove the setting or use --protocol {owner}."
+                f"settings.{key} = {config.settings[key]!r} is a setting of the {theirs} protocol, but "
+                f"this run's protocol is {spec.name!r} (its settings: {mine}). Remove the setting or "
+                f"use --protocol {owners[0]}."
             )
 
 
@@ -194,17 +196,16 @@ def resolve_run_config(
     user_overrides: Mapping[str, Any],
     dataset_settings: DatasetSettings | None = None,
 ) -> tuple[RunConfig, RunConfig]:
-    """:func:`benchmark.config.resolve_config` with the protocols' own-key check (see above), and
-    the protocol's own settings validated against its declaration, their defaults filled in (so
-    that the record names every one of them and a changed one is a deviation)."""
-    resolved, paper = resolve_config(
-        protocol_data, budget_overrides, user_overrides, dataset_settings, check_protocol_only_keys
-    )
+    """:func:`benchmark.config.resolve_config`, then the protocol's own settings validated against
+    its declaration, their defaults filled in (so that the record names every one of them and a
+    changed one is a deviation); a setting of another protocol is an error naming its owner."""
+    resolved, paper = resolve_config(protocol_data, budget_overrides, user_overrides, dataset_settings)
     spec = protocol_spec(resolved.protocol.name)
     return _with_settings(resolved, spec), _with_settings(paper, spec)
 
 
 def _with_settings(config: RunConfig, spec: ProtocolSpec) -> RunConfig:
+    check_setting_owners(config, spec)
     settings = spec.settings_of(config)
     if settings is None:
         return config

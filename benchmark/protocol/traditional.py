@@ -4,7 +4,7 @@ Mean-Field DML paper §4.2; docs/protocols.md §2.5).
 The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorded in the run record:
 
 * **Split**: the sorted class ids cut in half; train = the first ``N // 2`` classes, test = the
-  rest (an odd class goes to test), or the first ``protocol.train_classes`` when set (SOP declares
+  rest (an odd class goes to test), or the first ``settings.train_classes`` when set (SOP declares
   its official 11,318 / 11,316). In-Shop instead uses its official partitions
   (list_eval_partition.txt): train on the ``train`` items, retrieve each ``query`` image among the
   ``gallery`` images (query -> gallery MAP@R and Recall@k, also for the epoch selection), as the
@@ -25,9 +25,10 @@ The run code is :mod:`benchmark.protocol.traditional_run`. Choices, each recorde
   once per pass, pair-based ones draw that many batches of m = 4 images per class. The loop is
   the Mean-Field authors' (protocols/traditional.toml, :mod:`benchmark.engine.training_options`):
   a warm-up epoch training only the embedder and loss parameters, lr halved every 10 epochs,
-  gradients clipped by value at 10, BatchNorm statistics frozen and its γ/β frozen until the
-  warm-up ends (the authors' warm-up thaws them with the rest of the trunk), avg+max pooling,
-  kaiming embedder, and RandomResizedCrop(224, scale 0.08-1) from the whole image.
+  gradients clipped by value at 10 (these three: :class:`TraditionalSettings`), BatchNorm
+  statistics frozen and its γ/β frozen until the warm-up ends (the authors' warm-up thaws them
+  with the rest of the trunk), avg+max pooling, kaiming embedder, and RandomResizedCrop(224,
+  scale 0.08-1) from the whole image.
 * **Selection on test (the classic flaw, labelled)**: after every ``eval_every`` epochs the
   model is scored by MAP@R on the *test* classes; training stops after ``patience`` scores
   without strict improvement and the best-scoring epoch is the model reported. The record says
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmark.budgets import CPU_COMMON
-from benchmark.errors import DataError
+from benchmark.errors import ConfigError, DataError
 from benchmark.lazy import lazy_callable
 from benchmark.protocol.registry import ProtocolSpec, register_protocol
 from benchmark.protocol.repeated_checks import check_repeated_config
@@ -62,9 +63,9 @@ if TYPE_CHECKING:
 # trunk would lose one of its few epochs). The lr steps every 10 epochs, so within 8 it never decays.
 _MINI: dict[str, Any] = {
     **{k: v for k, v in CPU_COMMON.items() if k != "train.lr"},
-    "protocol.train_classes": 0,
+    "settings.train_classes": 0,
     "model.freeze_trunk_bn_affine": False,
-    "train.warmup_epochs": 0,
+    "settings.warmup_epochs": 0,
     "train.max_epochs": 8,
     "train.patience": 3,
     "test.reps": 3,
@@ -78,12 +79,49 @@ _SMOKE: dict[str, Any] = {
     "test.reps": 2,
 }
 
+
+@dataclass(frozen=True)
+class TraditionalSettings:
+    """The traditional protocol's own settings: the ``[settings]`` block of its files,
+    ``--set settings.KEY=V``. Each default is "off" (a half/half split, MLRC's loop); the paper
+    values are protocols/traditional.toml's and the datasets' (``DatasetSpec.protocol_settings``)."""
+
+    #: A class split: the first ``train_classes`` sorted class ids train, the rest test; 0 = half
+    #: of the classes (SOP's paper value is its official 11,318).
+    train_classes: int = 0
+    #: Epochs at the start that train only the embedder and the loss's parameters (trunk frozen).
+    warmup_epochs: int = 0
+    #: Every lr multiplied by ``lr_decay_gamma`` after each ``lr_decay_step`` epochs (StepLR; 0 = none).
+    lr_decay_step: int = 0
+    lr_decay_gamma: float = 1.0
+    #: Each trunk/embedder gradient clipped to [-clip_grad_value, clip_grad_value] (0 = none).
+    clip_grad_value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.train_classes < 0:
+            raise ConfigError(
+                f"settings.train_classes must be >= 0 (0 = half of the classes), got {self.train_classes}."
+            )
+        if self.warmup_epochs < 0:
+            raise ConfigError(f"settings.warmup_epochs must be >= 0, got {self.warmup_epochs}.")
+        if self.lr_decay_step < 0:
+            raise ConfigError(
+                f"settings.lr_decay_step must be >= 0 (0 = no decay), got {self.lr_decay_step}."
+            )
+        if not 0 < self.lr_decay_gamma <= 1:
+            raise ConfigError(f"settings.lr_decay_gamma must be in (0, 1], got {self.lr_decay_gamma}.")
+        if self.clip_grad_value < 0:
+            raise ConfigError(
+                f"settings.clip_grad_value must be >= 0 (0 = no clipping), got {self.clip_grad_value}."
+            )
+
+
 PROTOCOL = register_protocol(
     ProtocolSpec(
         "traditional",
         lazy_callable("benchmark.protocol.traditional_run:TraditionalRun"),
         budget_overrides={"mini": _MINI, "smoke": _SMOKE},
-        only_keys=("protocol.train_classes",),
+        settings=TraditionalSettings,
         check_config=check_repeated_config,
     )
 )
@@ -109,8 +147,8 @@ def half_split(classes: Sequence[int], train_classes: int = 0) -> HalfSplit:
     cut = train_classes if train_classes > 0 else len(ids) // 2
     if not 2 <= cut <= len(ids) - 2:
         raise DataError(
-            f"protocol.train_classes = {train_classes} leaves fewer than 2 test or training classes: "
-            f"the dataset has {len(ids)} classes (after data.max_classes). Set protocol.train_classes "
+            f"settings.train_classes = {train_classes} leaves fewer than 2 test or training classes: "
+            f"the dataset has {len(ids)} classes (after data.max_classes). Set settings.train_classes "
             "to a smaller number, or 0 for half of the classes."
         )
     return HalfSplit(tuple(ids[:cut]), tuple(ids[cut:]))

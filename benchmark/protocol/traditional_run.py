@@ -17,12 +17,14 @@ from benchmark.data.base import ImageDataset
 from benchmark.data.standard import PARTITIONS, LazyImageDataset, load_partitions
 from benchmark.engine.seeds import derive_seed
 from benchmark.engine.train import build_fold_model, embed_samples, train_with_loss
+from benchmark.engine.training_options import LoopOptions
 from benchmark.errors import ConfigError, DataError, TrainingDiverged
 from benchmark.metrics import evaluate, evaluate_query_gallery
 from benchmark.metrics.knn import knn_search
+from benchmark.protocol.registry import protocol_spec
 from benchmark.protocol.repeated import RepeatedRun
 from benchmark.protocol.run_data import cache_dir
-from benchmark.protocol.traditional import half_split, traditional_param_lr
+from benchmark.protocol.traditional import TraditionalSettings, half_split, traditional_param_lr
 
 #: The official partitions that make a dataset's test a query -> gallery retrieval (In-Shop).
 QUERY_GALLERY = ("train", "query", "gallery")
@@ -54,17 +56,31 @@ class TraditionalRun(RepeatedRun):
     #: In-Shop's query images (None: a class split, whose test images are queries and gallery).
     query_set: ImageDataset | None = None
 
+    def settings(self) -> TraditionalSettings:
+        """The protocol's own settings: the running protocol's when they are (or extend)
+        :class:`TraditionalSettings`, else the defaults (a half/half split, MLRC's loop) for a
+        plugin protocol on this class whose settings have no such keys (setting them is refused
+        when its config is resolved)."""
+        settings = protocol_spec(self.config.protocol.name).settings_of(self.config)
+        return settings if isinstance(settings, TraditionalSettings) else TraditionalSettings()
+
+    def loop_options(self) -> LoopOptions:
+        """The authors' loop options, from the settings, for the engine."""
+        s = self.settings()
+        return LoopOptions(s.warmup_epochs, s.lr_decay_step, s.lr_decay_gamma, s.clip_grad_value)
+
     def split(self) -> None:
         if has_query_gallery(self.config.data.dataset):
             self.split_query_gallery()
             return
-        self.halves = half_split(self.dataset.classes().tolist(), self.config.protocol.train_classes)
+        train_classes = self.settings().train_classes
+        self.halves = half_split(self.dataset.classes().tolist(), train_classes)
         self.train_set: ImageDataset = self.dataset.subset(list(self.halves.train))
         self.test_set: ImageDataset = self.dataset.subset(list(self.halves.test))
         self.split_info = {
             "split": (
-                f"first {self.config.protocol.train_classes} sorted class ids / the rest"
-                if self.config.protocol.train_classes > 0
+                f"first {train_classes} sorted class ids / the rest"
+                if train_classes > 0
                 else "half/half of sorted class ids"
             ),
             "n_train_classes": len(self.halves.train),
@@ -80,9 +96,10 @@ class TraditionalRun(RepeatedRun):
         to the images ``data.max_classes``/``data.max_per_class`` keep."""
         c = self.config
         name = c.data.dataset
-        if c.protocol.train_classes > 0:
+        cut = self.settings().train_classes
+        if cut > 0:
             raise ConfigError(
-                f"protocol.train_classes = {c.protocol.train_classes} cuts the sorted classes, but dataset "
+                f"settings.train_classes = {cut} cuts the sorted classes, but dataset "
                 f"{name!r} is split by its official train/query/gallery partitions; set it to 0."
             )
         options = DatasetOptions(
@@ -166,6 +183,8 @@ class TraditionalRun(RepeatedRun):
             # The authors' loop (st-tech/mft-in-dml code/train.py) first evaluates after training
             # epoch 0 and starts its best at 0: the untrained model is never a candidate.
             validate_untrained=False,
+            # Warm-up, lr decay and gradient clipping: the authors' loop (the protocol's settings).
+            loop=self.loop_options(),
         )
         try:
             scores = self.score(model, list(self.config.test.metrics))

@@ -24,7 +24,7 @@ from benchmark.engine.train import embed, train_fold
 from benchmark.errors import DataError, DmlbenchError, TrainingDiverged
 from benchmark.losses import LOSSES
 from benchmark.metrics import evaluate
-from benchmark.protocol.registry import protocol_only_keys, resolve_run_config
+from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.run_data import AUGMENTS, fold_data, load_run_dataset
 from benchmark.regress.cases import Case, Settings
 
@@ -48,12 +48,8 @@ class PreparedCase:
         # Where the data lives differs between machines (the CI clone, a laptop); the data's content
         # is compared through its fingerprint instead.
         config["data"].pop("data_dir", None)
-        # Settings this protocol never reads (fixed at their defaults by resolve_config) would only
-        # make baselines stale when another protocol gains a setting.
-        for key, owner in protocol_only_keys().items():
-            if self.config.protocol.name != owner:
-                section, name = key.split(".")
-                config[section].pop(name, None)
+        # Settings this protocol never reads are not in its config (they are other protocols'
+        # [settings]), so another protocol gaining a setting leaves baselines valid.
         for key, neutral in NEUTRAL_DEFAULTS.items():
             section, name = key.split(".")
             if config[section].get(name) == neutral:
