@@ -1,7 +1,8 @@
 """The example protocol plugin (``examples/my_protocol``, issue 29 item 7): installed, run, reported.
 
-It is installed into a folder of its own (``pip install --target``, as the loss example in
-``tests/test_plugins.py``) and driven through the command line in fresh processes, so dmlbench
+It is ``pip install``-ed into a fresh virtual environment (``python -m venv``; dmlbench and its
+dependencies come from the test's own environment through a ``.pth`` file, so nothing is
+downloaded) and driven through that environment's interpreter in fresh processes, so dmlbench
 finds it only through its ``dmlbench.protocols`` entry point, as after ``pip install`` in a user's
 environment. CI runs these with the rest of the suite.
 """
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -33,16 +35,35 @@ sys.exit(code)
 
 
 def install_example(tmp_path: Path) -> Path:
-    """``pip install examples/my_protocol`` into ``tmp_path/site`` (offline, dmlbench already
-    present), from a copy so that the build leaves nothing in the checkout; the site folder."""
-    src, site = tmp_path / "my_protocol_src", tmp_path / "site"
+    """A fresh venv in ``tmp_path/venv`` that sees this environment's packages (a ``.pth``), with
+    ``pip install examples/my_protocol`` run in it (offline, from a copy so that the build leaves
+    nothing in the checkout); the venv's site-packages folder."""
+    src, venv = tmp_path / "my_protocol_src", tmp_path / "venv"
     subprocess.run(["cp", "-r", str(EXAMPLE), str(src)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    # addsitedir, not a bare path: the outer environment's own .pth files (editable installs,
+    # chained environments) must be processed too.
+    outer = sysconfig.get_paths()["purelib"]
+    (site / "outer-environment.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "--target", str(site), str(src)],
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         str(src)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
+    assert (site / "my_protocol" / "smalldb.toml").is_file(), "the example did not install into the venv"
     return site
+
+
+def venv_python(site: Path) -> Path:
+    """The interpreter of the venv whose site-packages folder is ``site``."""
+    return site.parents[2] / "bin" / "python"
 
 
 def cli(
@@ -52,12 +73,12 @@ def cli(
     plugin); ``include``: the protocol files' include path (``DMLBENCH_PROTOCOL_PATH``)."""
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("DMLBENCH_PLUGINS", "DMLBENCH_PROTOCOL_PATH")},
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(site)]),
+        "PYTHONPATH": str(REPO),
         "DMLBENCH_CACHE": str(cache),
         **({"DMLBENCH_PROTOCOL_PATH": str(include)} if include is not None else {}),
     }
     return subprocess.run(
-        [sys.executable, "-c", _DRIVER, *args],
+        [str(venv_python(site)), "-c", _DRIVER, *args],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800,
     )  # fmt: skip
 
