@@ -22,14 +22,9 @@ def _module():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
-    sens = _module()
-    runs = sorted((sens.OUT_ROOT / "patience5" / "omniglot" / "mlrc" / "records").glob("*.json"))
-    assert runs, "no committed patience5 record"
-    loss = runs[0].name.split(".")[0]
-    lines = sens.table("separated", "sep", ["patience5"])
-    (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
-    # By hand: seed means of the committed rows, tau^2 pooled over the six losses' seeds.
+def _pooled_by_hand(sens):  # type: ignore[no-untyped-def]
+    """Seed means of the committed separated mini rows per loss, and tau^2 pooled over the six
+    losses' seeds with its degrees of freedom, computed by hand."""
     groups = {
         name: [
             np.mean(sens.rep_values(sens.load_record(p), "separated"))
@@ -39,7 +34,17 @@ def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
     }
     ss = sum(((np.array(m) - np.mean(m)) ** 2).sum() for m in groups.values())
     df = sum(len(m) - 1 for m in groups.values())
-    tau2 = ss / df
+    return groups, ss / df, df
+
+
+def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
+    sens = _module()
+    runs = sorted((sens.OUT_ROOT / "patience5" / "omniglot" / "mlrc" / "records").glob("*.json"))
+    assert runs, "no committed patience5 record"
+    loss = runs[0].name.split(".")[0]
+    lines = sens.table("separated", "sep", ["patience5"])
+    (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
+    groups, tau2, df = _pooled_by_hand(sens)
     variant = np.mean(sens.rep_values(sens.load_record(runs[0]), "separated"))
     change = variant - np.mean(groups[loss])
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(tau2 * (1 + 1 / len(groups[loss])))
@@ -57,16 +62,7 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
     loss = losses[0]
     lines = sens.table("separated", "sep", ["eval100"], against="patience5")
     (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
-    by_loss = {
-        name: [
-            np.mean(sens.rep_values(sens.load_record(p), "separated"))
-            for p in sorted(sens.BASELINE.glob(f"{name}.mini.seed*.json"))
-        ]
-        for name in sens.FAMILIES
-    }
-    ss = sum(((np.array(m) - np.mean(m)) ** 2).sum() for m in by_loss.values())
-    df = sum(len(m) - 1 for m in by_loss.values())
-    tau2 = ss / df
+    _, tau2, df = _pooled_by_hand(sens)
     a = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("eval100", loss)[0]), "separated"))
     b = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("patience5", loss)[0]), "separated"))
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
