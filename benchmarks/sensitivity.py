@@ -227,6 +227,38 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
     return lines
 
 
+#: Long-patience fold surveys (``benchmarks/fold_convergence.py --jsonl``), one file per survey.
+SATURATION = OUT_ROOT / "saturation"
+SATURATION_COLUMNS = (2, 3, 5, 10, 15)
+
+
+def saturation_sections() -> list[str]:
+    """The patience-saturation tables: each committed survey replayed at shorter patiences by
+    ``benchmarks/patience_truncation.py``, with the survey's command stored beside it."""
+    files = sorted(SATURATION.glob("*.jsonl"))
+    if not files:
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from patience_truncation import jsonl_table
+
+    lines = [
+        "## How far the patience rule is from saturation",
+        "",
+        "Folds trained at each loss's default parameters with a long patience (the survey's command",
+        "is given with each table), then replayed at shorter patiences by",
+        "`benchmarks/patience_truncation.py`: exact per fold, since patience only decides when a fold",
+        "stops. No search: this isolates the stopping rule.",
+        "",
+    ]
+    for path in files:
+        command = path.with_suffix(".cmd")
+        lines += [f"### `{path.relative_to(REPO)}`", ""]
+        if command.exists():
+            lines += ["Survey: `" + command.read_text().strip() + "`", ""]
+        lines += [jsonl_table(path, SATURATION_COLUMNS).rstrip(), ""]
+    return lines
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     lines = [
         "# Sensitivity of the `mini` board to its own settings",
@@ -253,6 +285,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         ]
     for mode, label in MODES:
         lines += table(mode, label, args.variants, args.against)
+    if args.against is None:
+        lines += saturation_sections()
     text = "\n".join(lines).rstrip() + "\n"
     if args.out:
         Path(args.out).write_text(text)

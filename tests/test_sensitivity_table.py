@@ -68,3 +68,22 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
     assert f"{100 * (a - b):+.2f} ± {100 * half:.2f}" in row
     assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
+
+
+def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    sens = _module()
+    monkeypatch.setattr(sens, "SATURATION", tmp_path)
+    monkeypatch.setattr(sens, "REPO", tmp_path.parent)
+    assert sens.saturation_sections() == []
+    curve = [[e, 0.1 * e] for e in range(1, 6)] + [[e, 0.0] for e in range(6, 26)]
+    fold = {"dataset": "omniglot", "loss": "ms", "patience": 20, "eval_every": 1, "iters_per_epoch": 50}
+    (tmp_path / "omniglot.jsonl").write_text(
+        json.dumps({**fold, "stopped_by": "patience", "curve": curve}) + "\n"
+    )
+    (tmp_path / "omniglot.cmd").write_text("python benchmarks/fold_convergence.py --set train.patience=20\n")
+    text = "\n".join(sens.saturation_sections())
+    assert "Survey: `python benchmarks/fold_convergence.py --set train.patience=20`" in text
+    # The curve rises to epoch 5 and then falls: every patience keeps epoch 5.
+    assert "| omniglot | ms | 20 (1000 it.) | 1 of 1 | −0.00 ± 0.00; 0%; 0.28 |" in text
