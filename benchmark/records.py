@@ -104,9 +104,13 @@ def _adopt_kind(obj: object, shown: str) -> RecordKind:
     return RecordKind(name, modes)
 
 
+#: The built-in protocol kinds, each ``PROTOCOL`` of ``benchmark.protocol.<kind>`` (the one list:
+#: :data:`benchmark.protocol.registry.BUILTIN_KINDS` is this tuple; it lives here, the lower layer).
+BUILTIN_PROTOCOL_KINDS = ("mlrc", "traditional", "cbir")
+
 #: The record kinds, the kinds of the protocols that write records (see the module docstring).
 RECORD_KINDS: Registry[RecordKind] = Registry("record kind", group="dmlbench.protocols", adopt=_adopt_kind)
-for _builtin in ("mlrc", "traditional", "cbir"):  # the built-in protocols: their declarations register them
+for _builtin in BUILTIN_PROTOCOL_KINDS:  # the built-in protocols: their declarations register them
     RECORD_KINDS.register_lazy(_builtin, f"benchmark.protocol.{_builtin}:PROTOCOL")
 
 

@@ -31,13 +31,14 @@ from benchmark.config import (
 )
 from benchmark.errors import ConfigError, UnknownNameError
 from benchmark.lazy import LazyCallable
-from benchmark.records import RecordKind, register_record_kind
+from benchmark.records import BUILTIN_PROTOCOL_KINDS, RecordKind, register_record_kind
 from benchmark.registry import Registry
 
 #: Entry-point group of protocols declared by installed distributions (the name is the kind).
 ENTRY_POINT_GROUP = "dmlbench.protocols"
-#: The built-in protocol kinds, each ``PROTOCOL`` of its declaration module.
-BUILTIN_KINDS = ("mlrc", "traditional", "cbir")
+#: The built-in protocol kinds, each ``PROTOCOL`` of its declaration module (one list, shared with
+#: the record kinds).
+BUILTIN_KINDS = BUILTIN_PROTOCOL_KINDS
 
 
 @dataclass(frozen=True)
