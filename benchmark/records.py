@@ -70,7 +70,7 @@ from typing import (
     is_typeddict,
 )
 
-from benchmark.config import Deviation
+from benchmark.config import Deviation, flatten
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.moved_keys import current_layout
 from benchmark.registry import PluginSource, PluginSourceDoc, Registry
@@ -744,17 +744,128 @@ def latest_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[Ru
     return sorted(latest.values(), key=lambda r: r.loss)
 
 
-def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
-    """What makes records replicates of one row (docs/protocols.md §4.5): the loss and the resolved
-    configuration, without where the data lay (``data.data_dir`` differs between machines) and
-    without the seed (which is not part of ``config``). A config of the layout before the built-in
-    protocols' own keys moved into ``settings`` is compared in today's (moved_keys.current_layout)."""
-    r = as_record(record)
+#: The board-settings key of the trunk weights' checksum (the record's ``trunk_weights.sha256``;
+#: None without pretrained weights). Not a config key: the record's ``trunk_weights`` block holds it.
+TRUNK_SHA256 = "trunk_weights.sha256"
+#: A setting one record has and the other lacks, as :class:`SettingChange` holds it.
+ABSENT = "(absent)"
+
+
+def _resolved_config(r: RunRecord) -> dict[str, Any]:
+    """``r``'s resolved config in today's layout as plain JSON values, without ``data.data_dir``.
+
+    The one canonicalisation of a record's config for comparing records (replicates, boards).
+    """
     config = json.loads(json.dumps(current_layout(r.document.get("config", {})), sort_keys=True, default=str))
     if isinstance(config.get("data"), dict):
+        # Where the data lay differs between machines; what data it was is data.dataset and the rest.
         config["data"].pop("data_dir", None)
-    canonical = json.dumps({"loss": r.loss, "config": config}, sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    return cast(dict[str, Any], config)
+
+
+def board_settings(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a record shares with every record a leaderboard section ranks it against:
+    dotted keys (sorted) -> values, from its resolved config read in today's layout
+    (:func:`benchmark.moved_keys.current_layout`, as :func:`replicate_key` reads it).
+
+    Left out, because the rows of one board legitimately differ in them:
+
+    * ``loss`` and ``space``: the loss's own fixed parameters and its search-range overrides
+      (``--set loss.X`` / ``space.X``). They belong to the loss's row: the deviations footer lists
+      them (key ``loss`` / ``space``) and :func:`replicate_key` keeps such a row apart from the
+      loss's other configurations; losses with different parameters are what a board compares.
+    * ``data.data_dir``: where the data lay (differs between machines, not what was measured).
+    * ``model.trunk_weights`` when it is a file path (also a location: the same file lies at
+      different paths on different machines); a built-in name (``builtin:NAME``) is kept.
+
+    Added: :data:`TRUNK_SHA256`, the checksum of the trunk weights the run loaded (the record's
+    ``trunk_weights.sha256``), so weights of one name but other bytes are other settings.
+    Everything else counts (budget-set values such as ``train.patience``, ``test.reps``,
+    ``search.n_trials``, the trunk, the protocol), and so does a key one record has and another
+    lacks. The seed is not part of ``config``.
+    """
+    r = as_record(record)
+    config = _resolved_config(r)
+    config.pop("loss", None)
+    config.pop("space", None)
+    flat = flatten(config)
+    weights = flat.get("model.trunk_weights")
+    # benchmark.models.pretrained.is_builtin's rule (this reader imports no writer's code).
+    if isinstance(weights, str) and weights and not weights.startswith("builtin:"):
+        del flat["model.trunk_weights"]
+    block = r.document.get("trunk_weights")
+    flat[TRUNK_SHA256] = block.get("sha256") if isinstance(block, Mapping) else None
+    return dict(sorted(flat.items()))
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def board_key(record: RunRecord | Mapping[str, Any]) -> str:
+    """A short hash of :func:`board_settings`: records of equal keys may share a leaderboard section."""
+    return _digest(board_settings(record))
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """A board setting whose value differs between two records (:data:`ABSENT` where one lacks it)."""
+
+    key: str
+    value: Any
+    other: Any
+
+    @property
+    def text(self) -> str:
+        """``train.patience: 2 → 5`` (``value → other``)."""
+        return f"{self.key}: {_setting_text(self.key, self.value)} → {_setting_text(self.key, self.other)}"
+
+
+def _setting_text(key: str, value: Any) -> str:
+    if isinstance(value, str):
+        # 12 hex digits tell two checksums apart in a note.
+        return value[:12] if key == TRUNK_SHA256 else value
+    return json.dumps(value)
+
+
+def settings_diff(
+    record: RunRecord | Mapping[str, Any], other: RunRecord | Mapping[str, Any]
+) -> list[SettingChange]:
+    """The board settings (:func:`board_settings`) in which ``record`` differs from ``other``, by key."""
+    a, b = board_settings(record), board_settings(other)
+    return [
+        SettingChange(k, a.get(k, ABSENT), b.get(k, ABSENT))
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k, ABSENT) != b.get(k, ABSENT)
+    ]
+
+
+def settings_groups(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[list[RunRecord]]:
+    """``records`` split by :func:`board_key`: the group of the newest record first (by ``created``,
+    as :func:`latest_per_loss` orders them), then the others by their newest record, newest first;
+    each group oldest first. Records that all share board settings are one group (none: none)."""
+    groups: dict[str, list[RunRecord]] = {}
+    for r in sorted(map(as_record, records), key=lambda r: (r.created, r.loss)):
+        groups.setdefault(board_key(r), []).append(r)
+    # A group's last record is its newest; the dict keeps first-seen order, so sort by that.
+    return sorted(groups.values(), key=lambda g: (g[-1].created, g[-1].loss), reverse=True)
+
+
+def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
+    """What makes records replicates of one row (docs/protocols.md §4.5): the loss, its board
+    settings (:func:`board_settings`: the resolved configuration in today's layout, without where
+    the data and trunk weights lay, with the weights' checksum) and its own parameters and search
+    ranges (``config.loss``, ``config.space``). The seed is not part of ``config``."""
+    r = as_record(record)
+    config = _resolved_config(r)
+    return _digest(
+        {
+            "loss": r.loss,
+            "settings": board_settings(r),
+            "params": config.get("loss"),
+            "space": config.get("space"),
+        }
+    )
 
 
 def replicates_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> dict[str, list[RunRecord]]:

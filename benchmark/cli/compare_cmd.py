@@ -9,7 +9,13 @@ from typing import Any
 
 from benchmark.cli.report_cmd import resolve_dataset, split_names
 from benchmark.errors import DmlbenchError
-from benchmark.report.compare import DEFAULT_ALPHA, FORMATS, compare_leaderboard, render
+from benchmark.report.compare import (
+    DEFAULT_ALPHA,
+    FORMATS,
+    compare_leaderboard,
+    render,
+    settings_conflicts,
+)
 from benchmark.report.leaderboard import load_leaderboard
 
 
@@ -58,14 +64,17 @@ def handle(args: argparse.Namespace) -> int:
     dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
     # The same leaderboard object `report` renders: same records, same newest record per loss.
     lb = load_leaderboard(args.results_dir, dataset, args.protocol, budget=args.budget, require_metric=False)
-    by_budget = lb.by_budget
+    # One table per section: a budget's records of different board settings are never tested together.
+    by_section = lb.by_section
     references = split_names(args.reference) or []
+    losses = split_names(args.losses)
     use_holm = not getattr(args, "no_correction", False)
-    tables = compare_leaderboard(
-        lb, references, split_names(args.losses), args.metric, use_holm=use_holm, alpha=args.alpha
-    )
-    for budget in sorted(set(by_budget) - set(tables)):
-        print(f"compare: budget {budget!r} left out (it lacks a needed loss).", file=sys.stderr)
+    tables = compare_leaderboard(lb, references, losses, args.metric, use_holm=use_holm, alpha=args.alpha)
+    conflicts = settings_conflicts(lb, [*references, *(losses or [])])
+    for label in sorted(set(by_section) - set(tables)):
+        print(f"compare: section {label!r} left out (it lacks a needed loss).", file=sys.stderr)
+    for why in conflicts.values():
+        print(f"compare: {why}", file=sys.stderr)
     published = getattr(args, "published", False)  # Namespaces built by tests may lack it
     if published and args.format != "md":
         raise DmlbenchError("--published is shown as Markdown: use it with --format md (the default).")
@@ -78,6 +87,6 @@ def handle(args: argparse.Namespace) -> int:
 
         shown = {c.loss for cs in tables.values() for c in cs} | set(references)
         sys.stdout.write(
-            published_section(args.results_dir, dataset, args.protocol, by_budget, [args.metric], shown)
+            published_section(args.results_dir, dataset, args.protocol, by_section, [args.metric], shown)
         )
     return 0

@@ -45,7 +45,13 @@ def handle(args: argparse.Namespace) -> int:
     from benchmark.report.plan import components, plan, render
 
     dataset = resolve_dataset(args.results_dir, args.dataset, args.protocol)
-    records = select_records(args.results_dir, dataset, args.protocol, args.budget)[args.budget]
+    from benchmark.records import settings_groups
+
+    # The budget's current board settings only: the plan is for runs made under them, and the
+    # variances of records made under earlier settings are not pooled in.
+    records = settings_groups(
+        select_records(args.results_dir, dataset, args.protocol, args.budget)[args.budget]
+    )[0]
     c = components(records, args.mode, args.metric)
     if c.df_e == 0:
         raise DmlbenchError(

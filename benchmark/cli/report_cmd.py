@@ -96,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
         from benchmark.report.published import published_section
 
         sys.stdout.write(
-            published_section(args.results_dir, dataset, args.protocol, lb.by_budget, lb.metrics)
+            published_section(args.results_dir, dataset, args.protocol, lb.by_section, lb.metrics)
         )
     if args.plots:
         from benchmark.report.plots import write_plots  # matplotlib only when plotting

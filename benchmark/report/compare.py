@@ -255,9 +255,50 @@ def compare_leaderboard(
     use_holm: bool = True,
     alpha: float = DEFAULT_ALPHA,
 ) -> dict[str, list[Comparison]]:
-    """:func:`compare_tables` over a leaderboard's budgets (every record: the seeds are folded)."""
-    by_budget = {s.budget: list(s.records) for s in lb.sections}
-    return compare_tables(by_budget, references, losses, metric, use_holm=use_holm, alpha=alpha)
+    """:func:`compare_tables` over a leaderboard's sections (every record: the seeds are folded).
+
+    A table per section (:attr:`Leaderboard.by_section`): records of a budget made under
+    different board settings are never tested against each other. When no section holds every
+    needed loss and the reason is that they lie in different settings groups of one budget, the
+    :class:`DmlbenchError` says so and names the settings that differ (:func:`settings_conflicts`).
+    """
+    try:
+        return compare_tables(lb.by_section, references, losses, metric, use_holm=use_holm, alpha=alpha)
+    except DmlbenchError as exc:
+        conflicts = settings_conflicts(lb, [*references, *(losses or [])])
+        if conflicts:
+            raise DmlbenchError(" ".join(conflicts.values())) from exc
+        raise
+
+
+def settings_conflicts(lb: Leaderboard, needed: Sequence[str]) -> dict[str, str]:
+    """Per budget whose sections hold every loss of ``needed`` but none holds them all: why they
+    are not compared, naming which section holds which loss and the board settings that differ
+    (each earlier section's against the current one). Empty when no budget is split that way."""
+    wanted = list(dict.fromkeys(needed))
+    out: dict[str, str] = {}
+    for budget in dict.fromkeys(s.budget for s in lb.sections):
+        sections = [s for s in lb.sections if s.budget == budget]
+        held = [{r.loss for r in s.chosen} for s in sections]
+        if len(sections) < 2 or any(set(wanted) <= h for h in held):
+            continue
+        if not all(any(loss in h for h in held) for loss in wanted):
+            continue  # a loss without any record of this budget: the ordinary "no record" error
+        parts = []
+        for s, h in zip(sections, held, strict=True):
+            mine = [loss for loss in wanted if loss in h]
+            if not mine:
+                continue
+            text = f"`{s.label}` holds {', '.join(mine)}"
+            if s.earlier:
+                text += f" (differs from `{budget}` in: {'; '.join(c.text for c in s.changes)})"
+            parts.append(text)
+        out[budget] = (
+            f"Budget {budget!r}: {', '.join(wanted)} were not all run under the same board settings, "
+            f"and a comparison needs records of identical settings: {'; '.join(parts)}. Rerun the "
+            f"earlier-settings losses under the budget's current settings to compare them."
+        )
+    return out
 
 
 def compare_tables(

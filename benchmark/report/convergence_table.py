@@ -83,7 +83,7 @@ def convergence_markdown(lb: Leaderboard) -> str:
     for section in lb.sections:
         lines += [
             "",
-            f"## Budget `{section.budget}`",
+            f"## Budget `{section.label}`",
             "",
             "| Loss | Search by patience | Test by patience | Verdict | Median best epoch (search / test) "
             "| Median fold wall s (search / test) | Fold epochs | Training wall (s) | CPU | Commit |",
@@ -115,7 +115,7 @@ def convergence_csv(lb: Leaderboard) -> str:
             for stage in ("search", "test"):
                 row[f"{stage}_patience_stops"] = v[stage]["patience"]
                 row[f"{stage}_fold_trainings"] = v[stage]["n"]
-            writer.writerow({"budget": section.budget, **{k: "" if x is None else x for k, x in row.items()}})
+            writer.writerow({"budget": section.label, **{k: "" if x is None else x for k, x in row.items()}})
     return out.getvalue()
 
 

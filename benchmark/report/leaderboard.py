@@ -9,8 +9,15 @@ the published-value join in :mod:`benchmark.report.published`; ``dmlbench compar
 chosen records.
 
 One section per budget (numbers from different budgets are not comparable); rows are losses plus
-the untrained row; columns are modes × metrics as mean ± 95% CI half-width in %; the best mean
-per column is bold; the footer states reps, deviations from the paper and provenance.
+the untrained row. A section ranks only records made under identical board settings
+(:func:`~benchmark.records.board_settings`: the resolved config without the loss's own parameters,
+search ranges and file locations, with the trunk weights' checksum): a budget whose records were
+made under several (e.g. while its definition changes and losses are rerun one by one) gets one
+section per settings group, the newest group labelled by the budget, the others ``<budget>
+(earlier settings <key>)`` with a note naming the settings that differ (:func:`settings_notes`).
+Rows, bold, tiers and tests never span two sections. Columns are modes × metrics as mean ± 95%
+CI half-width in %; the best mean per column is bold; the footer states reps, deviations from the
+paper and provenance.
 
 Metric columns (one rule for every format): the metrics every record holds, MLRC's first in
 their usual order, then the others in the oldest record's order. When the records share none
@@ -49,12 +56,16 @@ from benchmark.records import (
     MLRC_MODES,
     IntervalDoc,
     RunRecord,
+    SettingChange,
     as_record,
+    board_key,
     completed_trials,
     latest_per_loss,
     nan_if_none,
     parse_plugins,
     replicates_per_loss,
+    settings_diff,
+    settings_groups,
 )
 from benchmark.registry import PluginSource
 from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, Estimate, row_estimates
@@ -410,12 +421,22 @@ def section_tiers(
     }
 
 
+def section_label(budget: str, earlier_key: str | None = None) -> str:
+    """A section's label: the budget; ``mini (earlier settings 3f9a2c)`` for the group of board
+    settings key ``earlier_key`` when the budget's newest record is of other settings."""
+    return budget if earlier_key is None else f"{budget} (earlier settings {earlier_key[:6]})"
+
+
 @dataclass(frozen=True)
 class Section:
-    """One budget of a leaderboard: its records, the newest per loss, rows, best means and tiers."""
+    """One budget of a leaderboard, or of a budget whose records were made under more than one set
+    of board settings (:func:`~benchmark.records.board_settings`), one settings group of it: its
+    records, the newest per loss, rows, best means and tiers. A section ranks only records of
+    identical board settings; the group of the budget's newest record is labelled by the budget,
+    the others ``<budget> (earlier settings <key>)`` (:attr:`label`)."""
 
     budget: str
-    #: Every record of the budget, oldest first.
+    #: Every record of the section (the budget's records of one board-settings group), oldest first.
     records: tuple[RunRecord, ...]
     #: The newest record per loss, by loss name (what the footers, plots and published join use).
     chosen: tuple[RunRecord, ...]
@@ -425,6 +446,25 @@ class Section:
     metrics: tuple[str, ...]
     #: Per column: the tiers of the trained rows, in row order (:func:`section_tiers`).
     tiers: Mapping[tuple[str, str], Tiers] = field(default_factory=dict)
+    #: The records' :func:`~benchmark.records.board_key` ("" for a section built by hand).
+    settings_key: str = ""
+    #: Whether the budget's newest record is of other settings (this is an earlier group).
+    earlier: bool = False
+    #: Earlier group: the board settings that differ from the current group's (value here → there).
+    changes: tuple[SettingChange, ...] = ()
+    #: The labels of the budget's other sections (empty: the budget has one set of settings).
+    siblings: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The section's name in headings and tables: the budget, ``mini (earlier settings 3f9a2c)``
+        for an earlier settings group."""
+        return section_label(self.budget, self.settings_key if self.earlier else None)
+
+    @property
+    def slug(self) -> str:
+        """The section's name in file names: the budget, ``mini-earlier-3f9a2c`` for an earlier group."""
+        return f"{self.budget}-earlier-{self.settings_key[:6]}" if self.earlier else self.budget
 
     @property
     def exempt(self) -> bool:
@@ -505,15 +545,26 @@ class Leaderboard:
     modes: tuple[tuple[str, str], ...]
     #: The metric columns of every table (empty: the records share none, see the module doc).
     metrics: tuple[str, ...]
-    #: One section per budget, sorted by budget name.
+    #: One section per budget and board-settings group, sorted by budget name, the current
+    #: settings first (:func:`build_leaderboard`).
     sections: tuple[Section, ...]
     #: Notes about the whole table (e.g. that the records share no metric).
     notes: tuple[str, ...] = ()
 
     @property
+    def by_section(self) -> dict[str, list[RunRecord]]:
+        """Every record, grouped by section (:attr:`Section.label`): records that may be compared.
+        What every consumer that ranks or tests records (``compare``, the published join) reads."""
+        return {s.label: list(s.records) for s in self.sections}
+
+    @property
     def by_budget(self) -> dict[str, list[RunRecord]]:
-        """Every record, grouped by budget."""
-        return {s.budget: list(s.records) for s in self.sections}
+        """Every record, grouped by budget, across board-settings groups (a listing: records of
+        one budget here may be of different settings; rank :attr:`by_section`)."""
+        out: dict[str, list[RunRecord]] = {}
+        for s in self.sections:
+            out.setdefault(s.budget, []).extend(s.records)
+        return out
 
 
 def build_leaderboard(
@@ -523,27 +574,42 @@ def build_leaderboard(
     metrics: Sequence[str] | None = None,
 ) -> Leaderboard:
     """The leaderboard of records grouped by budget; ``metrics`` None: :func:`shared_metrics`
-    (when the records share none, the leaderboard has no metric column and says why)."""
+    (when the records share none, the leaderboard has no metric column and says why).
+
+    A budget whose records do not all share board settings (:func:`~benchmark.records.board_settings`)
+    gets one section per settings group (:func:`~benchmark.records.settings_groups`): first the
+    group of its newest record, labelled by the budget, then each earlier group, labelled
+    ``<budget> (earlier settings <key>)`` and noting the settings that differ. Each section
+    chooses its newest record per loss, ranks and tests only its own rows."""
     typed = {b: sorted(map(as_record, rs), key=lambda r: (r.created, r.loss)) for b, rs in by_budget.items()}
     every = [r for rs in typed.values() for r in rs]
     columns = tuple(shared_metrics(every) if metrics is None else metrics)
     modes = record_modes(every)
-    sections = []
+    sections: list[Section] = []
     for budget in sorted(typed):
-        records = typed[budget]
-        chosen = latest_per_loss(records)
-        rows = build_rows(records, columns, modes)
-        sections.append(
-            Section(
-                budget,
-                tuple(records),
-                tuple(chosen),
-                tuple(rows),
-                best_means(rows, columns, modes),
-                tuple(shared_metrics(chosen)),
-                section_tiers(rows, columns, modes),
+        # A budget's records made under different board settings are never ranked together: one
+        # section per settings group, the group of the budget's newest record first.
+        groups = settings_groups(typed[budget])
+        keys = [board_key(g[-1]) for g in groups]
+        labels = [section_label(budget, k if i else None) for i, k in enumerate(keys)]
+        for i, records in enumerate(groups):
+            chosen = latest_per_loss(records)
+            rows = build_rows(records, columns, modes)
+            sections.append(
+                Section(
+                    budget,
+                    tuple(records),
+                    tuple(chosen),
+                    tuple(rows),
+                    best_means(rows, columns, modes),
+                    tuple(shared_metrics(chosen)),
+                    section_tiers(rows, columns, modes),
+                    settings_key=keys[i],
+                    earlier=i > 0,
+                    changes=tuple(settings_diff(records[-1], groups[0][-1])) if i else (),
+                    siblings=tuple(label for j, label in enumerate(labels) if j != i),
+                )
             )
-        )
     notes = (NO_SHARED_METRIC,) if metrics is None and every and not columns else ()
     return Leaderboard(dataset, protocol, modes, columns, tuple(sections), notes)
 
@@ -754,10 +820,12 @@ def markdown_text(lb: Leaderboard) -> str:
         header = ["Loss", "Group"]
         header += [f"{label} {METRICS.get(m).display_name}" for _, label in modes for m in metrics]
         header += ["Seeds", "Reps", "Interval covers", "Stopped by patience (test; search)", "Commit"]
+        notes = settings_notes(s)
         lines += [
             "",
-            f"## Budget `{s.budget}`" + (f" ({EXEMPT_NOTE})" if s.exempt else ""),
+            f"## Budget `{s.label}`" + (f" ({EXEMPT_NOTE})" if s.exempt else ""),
             "",
+            *([*notes, ""] if notes else []),
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
@@ -776,6 +844,27 @@ def markdown_text(lb: Leaderboard) -> str:
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", *_markdown_footer(s)]
     return "\n".join(lines) + "\n"
+
+
+def settings_notes(s: Section) -> list[str]:
+    """What a section of a budget with several board-settings groups says about them (empty for a
+    budget of one): the current group names the earlier sections; an earlier one names the
+    settings in which it differs from the current group (``key: value here → value there``)."""
+    if not s.siblings:
+        return []
+    others = ", ".join(f"`{label}`" for label in s.siblings)
+    if not s.earlier:
+        return [
+            f"Board settings: this budget also has records made under other settings; they are "
+            f"ranked apart in {others} and never against these rows (a board compares only records "
+            f"of identical settings)."
+        ]
+    changes = "; ".join(c.text for c in s.changes)
+    return [
+        f"Earlier board settings: these rows were made under settings that differ from those of "
+        f"budget `{s.budget}`'s newest records, so they are ranked only among themselves, never "
+        f"against {others}. Differing settings (this section → `{s.budget}`): {changes}."
+    ]
 
 
 def _row_records(s: Section, row: Row) -> list[RunRecord]:
@@ -797,13 +886,13 @@ def tier_footer(s: Section) -> list[str]:
 def _markdown_footer(s: Section) -> list[str]:
     trials = s.search_trials()
     if not trials:
-        out = [f"Budget `{s.budget}`; no hyperparameter search (loss defaults)."]
+        out = [f"Budget `{s.label}`; no hyperparameter search (loss defaults)."]
     elif len(set(trials.values())) == 1:
         (c, n), *_ = trials.values()
-        out = [f"Budget `{s.budget}`; search trials complete: {c}/{n} for every loss."]
+        out = [f"Budget `{s.label}`; search trials complete: {c}/{n} for every loss."]
     else:
         out = [
-            f"Budget `{s.budget}`; search trials per loss: "
+            f"Budget `{s.label}`; search trials per loss: "
             + ", ".join(f"{loss} {c}/{n}" for loss, (c, n) in trials.items())
             + "."
         ]
@@ -889,7 +978,8 @@ def csv_text(lb: Leaderboard) -> str:
                 ]
             writer.writerow(
                 [
-                    s.budget,
+                    # The section's label: rows of one budget's different settings stay apart.
+                    s.label,
                     r.loss,
                     r.name,
                     r.seeds_text,

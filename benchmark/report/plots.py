@@ -519,15 +519,18 @@ def write_plots(
 
     to_save: list[tuple[Figure, Path]] = []
     for section in leaderboard.sections:
-        budget, chosen, metrics = section.budget, list(section.chosen), section.metrics
+        # One set of plots per section: records of a budget's different board settings are never
+        # drawn into one figure (the label titles them, the slug names their files).
+        budget, chosen, metrics = section.label, list(section.chosen), section.metrics
+        slug = section.slug
         figures: list[tuple[str, Figure | None]] = []
         if metrics:
             figures.append(("metrics", plot_metrics(list(section.records), metrics, budget)))
         else:
-            note(f"metrics-{budget}: the records share no registered metric; skipped.")
+            note(f"metrics-{slug}: the records share no registered metric; skipped.")
         if not all(r.search is not None for r in chosen):
             # traditional/cbir records: no search trials, folds or search timings to plot.
-            note(f"history/val_curves/wall_time/importance-{budget}: protocol without a search; skipped.")
+            note(f"history/val_curves/wall_time/importance-{slug}: protocol without a search; skipped.")
         else:
             figures.append(("history", plot_history(chosen, budget)))
             figures.append(("val_curves", plot_val_curves(chosen, budget, note)))
@@ -537,12 +540,18 @@ def write_plots(
             figures.append(("importance", plot_importance(chosen, budget, note)))
         for kind, fig in figures:
             if fig is None:
-                note(f"{kind}-{budget}: nothing to plot.")
+                note(f"{kind}-{slug}: nothing to plot.")
             else:
-                to_save.append((fig, folder / f"{kind}-{budget}"))
+                to_save.append((fig, folder / f"{kind}-{slug}"))
     paths = save_figures(to_save, jobs)
     readme = folder / "README.md"
     text = _README.format(dataset=dataset, protocol=protocol, min_trials=MIN_IMPORTANCE_TRIALS)
+    earlier = [s.slug for s in leaderboard.sections if s.earlier]
+    if earlier:
+        text += (
+            "\nSome budgets hold records made under earlier board settings; those are plotted apart, "
+            "never beside the current ones: " + ", ".join(f"`<kind>-{slug}`" for slug in earlier) + ".\n"
+        )
     if notes:
         text += "\nSkipped in the last run:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     write_text_atomic(readme, text)

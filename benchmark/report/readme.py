@@ -33,13 +33,24 @@ def excerpt(
 ) -> str:
     """A Markdown table: the ``top`` rows, the ``include`` rows, ``…`` for the rest, the untrained row."""
     lb = load_leaderboard(results_dir, dataset, protocol, budget=budget, metrics=[metric])
-    (s,) = lb.sections
+    # The budget's current board settings; earlier-settings sections are never mixed in.
+    s, *earlier = lb.sections
     name = METRICS.get(metric).display_name
     cols = [(mode, metric) for mode, _ in lb.modes]
     lines = [
         f"`results/{dataset}/{protocol}/leaderboard.md`, budget `{budget}`, {name} columns only "
         f"({len(s.trained)} losses):",
         "",
+        *(
+            [
+                "Not shown: records made under earlier board settings, ranked apart in "
+                + ", ".join(f"`{e.label}`" for e in earlier)
+                + ".",
+                "",
+            ]
+            if earlier
+            else []
+        ),
         "| Loss | Group | "
         + " | ".join(f"{label} {name}" for _, label in lb.modes)
         + " | Seeds | Interval covers |",

@@ -43,6 +43,7 @@ from benchmark.report.leaderboard import (
     record_metrics,
     resolve_metrics,
     select_records,
+    settings_notes,
     tier_footer,
 )
 
@@ -128,7 +129,8 @@ def latex_text(lb: Leaderboard) -> str:
         names = [latex_escape(METRICS.get(m).display_name) for _ in modes for m in metrics]
         lines += [
             "",
-            _comment(f"Budget {s.budget}" + (f" ({EXEMPT_NOTE})" if s.exempt else "")),
+            _comment(f"Budget {s.label}" + (f" ({EXEMPT_NOTE})" if s.exempt else "")),
+            *[_comment(note) for note in settings_notes(s)],
             rf"\begin{{tabular}}{{{spec}}}",
             r"\hline",
             f" & & {group} & & \\\\",
@@ -150,11 +152,11 @@ def latex_text(lb: Leaderboard) -> str:
         trials = s.search_trials()
         lines.append(
             _comment(
-                f"Budget {s.budget}; search trials per loss: "
+                f"Budget {s.label}; search trials per loss: "
                 + ", ".join(f"{loss} {c}/{n}" for loss, (c, n) in trials.items())
                 + "."
                 if trials
-                else f"Budget {s.budget}; no hyperparameter search (loss defaults)."
+                else f"Budget {s.label}; no hyperparameter search (loss defaults)."
             )
         )
         lines += [_comment(line) for line in tier_footer(s)]
@@ -189,7 +191,11 @@ def _finite(x: float) -> float | None:
 
 
 def json_data(lb: Leaderboard) -> dict[str, Any]:
-    """The leaderboard as plain data: per budget, rows with (mean, half_width, best) per column.
+    """The leaderboard as plain data: per section (``budgets``), rows with (mean, half_width, best)
+    per column. A budget split by board settings has one entry per settings group, each with its
+    ``budget``, its ``section`` label and ``board_settings`` (``key``, ``current``: whether it is
+    the group of the budget's newest record, ``differs_from_current``: ``key``/``value``/``current``
+    of each setting it differs in); the entries of an unsplit budget have neither key.
 
     Values are fractions (like the CSV), not percent; a missing interval is ``None``.
     """
@@ -223,19 +229,29 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                     "convergence": _row_convergence(r),
                 }
             )
-        budgets.append(
-            {
-                "budget": s.budget,
-                "rows": out_rows,
-                "search_trials": {
-                    loss: {"complete": c, "n_trials": n} for loss, (c, n) in s.search_trials().items()
-                },
-                "deviations": [{"key": k, "paper": p, "value": v} for k, p, v in s.deviations()],
-                "notes": footer_notes(s.chosen),
-                "tiers": tier_footer(s),
-                "convergence_exempt": s.exempt,
+        entry: dict[str, Any] = {
+            "budget": s.budget,
+            "rows": out_rows,
+            "search_trials": {
+                loss: {"complete": c, "n_trials": n} for loss, (c, n) in s.search_trials().items()
+            },
+            "deviations": [{"key": k, "paper": p, "value": v} for k, p, v in s.deviations()],
+            "notes": settings_notes(s) + footer_notes(s.chosen),
+            "tiers": tier_footer(s),
+            "convergence_exempt": s.exempt,
+        }
+        if s.siblings:
+            # Only a budget split by board settings carries these (optional keys: schema version 1
+            # stays, and a board of one set of settings is written as before).
+            entry["section"] = s.label
+            entry["board_settings"] = {
+                "key": s.settings_key,
+                "current": not s.earlier,
+                "differs_from_current": [
+                    {"key": c.key, "value": c.value, "current": c.other} for c in s.changes
+                ],
             }
-        )
+        budgets.append(entry)
     return {
         "schema": LEADERBOARD_SCHEMA,
         "dataset": lb.dataset,
