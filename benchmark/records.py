@@ -777,6 +777,8 @@ def board_settings(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
     * ``data.data_dir``: where the data lay (differs between machines, not what was measured).
     * ``model.trunk_weights`` when it is a file path (also a location: the same file lies at
       different paths on different machines); a built-in name (``builtin:NAME``) is kept.
+    * ``protocol.description``: the protocol file's one-line label for people; editing its wording
+      changes nothing a run computes, so it must not split a board.
 
     Added: :data:`TRUNK_SHA256`, the checksum of the trunk weights the run loaded (the record's
     ``trunk_weights.sha256``), so weights of one name but other bytes are other settings.
@@ -789,6 +791,7 @@ def board_settings(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
     config.pop("loss", None)
     config.pop("space", None)
     flat = flatten(config)
+    flat.pop("protocol.description", None)
     weights = flat.get("model.trunk_weights")
     # benchmark.models.pretrained.is_builtin's rule (this reader imports no writer's code).
     if isinstance(weights, str) and weights and not weights.startswith("builtin:"):

@@ -356,3 +356,18 @@ def test_a_changed_setting_in_a_committed_board_splits_it(tmp_path: Path) -> Non
     assert [r.loss for r in current.trained] == ["arcface"]
     assert len(earlier.trained) == 21
     assert [c.text for c in earlier.changes] == ["train.patience: 2 → 5"]
+
+
+def test_the_protocols_description_is_a_label_not_a_setting() -> None:
+    from benchmark.records import board_key
+
+    path = sorted(
+        (Path(__file__).resolve().parents[1] / "results" / "omniglot" / "mlrc" / "records").glob("*.json")
+    )[0]
+    doc = json.loads(path.read_text())
+    reworded = json.loads(json.dumps(doc))
+    reworded["config"]["protocol"]["description"] = "the same protocol, described in other words"
+    assert board_key(reworded) == board_key(doc)
+    patience = json.loads(json.dumps(doc))
+    patience["config"]["train"]["patience"] += 1
+    assert board_key(patience) != board_key(doc)
