@@ -1,0 +1,1 @@
+python benchmarks/fold_convergence.py --dataset omniglot --data-dir ../shared/data/omniglot --losses contrastive,triplet,ms,margin,arcface,proxyanchor --folds 0,1,2,3 --set train.patience=20 --set train.max_epochs=300 --jsonl omniglot.jsonl (budget mini otherwise, each loss at its defaults, seed 0, 1 torch thread; clean clone of af3cf96, AVX512, machine shared)
