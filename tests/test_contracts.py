@@ -9,6 +9,7 @@ the shared data). Every registered loss runs the loss contract in tests/test_los
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,3 +91,19 @@ def test_dataset_contract(
             return
         pytest.skip(f"{name} reads files that are not on this machine")
     check(spec, options)
+
+
+def test_the_declaration_check_knows_each_protocols_own_settings() -> None:
+    from dataclasses import replace
+
+    from benchmark.testing.datasets import check_declaration
+
+    sop = DATASETS.get("sop")
+    check_declaration(sop)  # its traditional paper values name traditional's settings.* keys
+    bad = replace(sop, protocol_settings={"traditional": {"settings.train_clases": 11318}})
+    with pytest.raises(AssertionError, match=re.escape("unknown keys ['settings.train_clases']")):
+        check_declaration(bad)
+    # A key of another protocol's [settings] block is unknown here too.
+    other = replace(sop, protocol_settings={"mlrc": {"settings.train_classes": 11318}})
+    with pytest.raises(AssertionError, match=re.escape("unknown keys ['settings.train_classes']")):
+        check_declaration(other)

@@ -18,6 +18,7 @@ from benchmark.checks import SAFE_NAME
 from benchmark.config import RunConfig, config_to_dict, flatten
 from benchmark.data.base import ImageDataset, validate_dataset
 from benchmark.data.registry import DatasetOptions, DatasetSpec, adopt_dataset
+from benchmark.protocol.registry import PROTOCOLS, setting_names
 
 __all__ = [
     "DATASET_CHECKS",
@@ -38,7 +39,11 @@ def check_declaration(spec: DatasetSpec, options: DatasetOptions | None = None) 
     keys = set(flatten(config_to_dict(RunConfig())))
     for protocol, settings in spec.protocol_settings.items():
         assert isinstance(settings, Mapping), f"{spec.name}: protocol_settings[{protocol!r}] is not a mapping"
-        unknown = [k for k in settings if k not in keys and not k.startswith(("space.", "loss."))]
+        # A protocol's own keys (``settings.KEY``) are those its declaration's [settings] block names.
+        own = {f"settings.{k}" for k in setting_names(PROTOCOLS.get(protocol))}
+        unknown = [
+            k for k in settings if k not in keys and k not in own and not k.startswith(("space.", "loss."))
+        ]
         assert not unknown, f"{spec.name}: protocol_settings[{protocol!r}] sets unknown keys {unknown}"
 
 
