@@ -219,6 +219,38 @@ def jsonl_table(path: Path, show: Sequence[int] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _folds_by_key(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            fold = json.loads(line)
+            out[(fold["dataset"], fold["loss"], int(fold["fold"]))] = fold
+    return out
+
+
+def compare_surveys(base: Path, other: Path) -> str:
+    """Two surveys of the same folds under different settings (e.g. another lr), per loss over
+    the folds both trained: the change of the best validation MAP@R (points, ``other`` - ``base``,
+    mean with a 95% t half-width over the folds) and the mean ratio of the epochs trained."""
+    a, b = _folds_by_key(base), _folds_by_key(other)
+    shared = sorted(set(a) & set(b))
+    losses = sorted({(d, loss) for d, loss, _ in shared})
+    lines = [
+        f"| dataset | loss | folds | best validation MAP@R, {other.stem} − {base.stem} | epochs ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for dataset, loss in losses:
+        keys = [k for k in shared if k[:2] == (dataset, loss)]
+        diffs = [100.0 * (b[k]["best_val_map_at_r"] - a[k]["best_val_map_at_r"]) for k in keys]
+        half = 0.0
+        if len(diffs) > 1:
+            half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        ratio = statistics.fmean(b[k]["epochs"] / a[k]["epochs"] for k in keys)
+        mean = statistics.fmean(diffs)
+        lines.append(f"| {dataset} | {loss} | {len(keys)} | {mean:+.2f} ± {half:.2f} | {ratio:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("records", nargs="*", type=Path, help="folders of MLRC record JSON files")

@@ -262,7 +262,7 @@ def saturation_sections() -> list[str]:
     if not files:
         return []
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from patience_truncation import jsonl_table
+    from patience_truncation import compare_surveys, jsonl_table
 
     lines = [
         "## How far the patience rule is from saturation",
@@ -279,6 +279,11 @@ def saturation_sections() -> list[str]:
         if command.exists():
             lines += ["Survey: `" + command.read_text().strip() + "`", ""]
         lines += [jsonl_table(path, SATURATION_COLUMNS).rstrip(), ""]
+        # "<dataset>-<tag>.jsonl" reruns folds of "<dataset>.jsonl" under another setting.
+        base = path.with_name(path.stem.split("-")[0] + ".jsonl")
+        if base != path and base.exists():
+            lines += [f"Against `{base.name}` (same folds, same defaults):", ""]
+            lines += [compare_surveys(base, path).rstrip(), ""]
     return lines
 
 

@@ -108,3 +108,24 @@ def test_the_jsonl_form_reads_fold_convergence_lines(tmp_path: Path) -> None:
     assert pt.main(["--folds-jsonl", str(path), "--show", "2", "--out", str(out)]) == 0
     (row,) = [r for r in out.read_text().splitlines() if r.startswith("| omniglot | contrastive |")]
     assert row.endswith("| 1 of 2 | −5.00 ± 0.00; 100%; 0.50 |")
+
+
+def test_two_surveys_of_the_same_folds_compare_by_hand(tmp_path: Path) -> None:
+    pt = _module()
+    fold = {"dataset": "omniglot", "loss": "ms", "patience": 20, "eval_every": 1, "iters_per_epoch": 50}
+    base, other = tmp_path / "omniglot.jsonl", tmp_path / "omniglot-lr.jsonl"
+    base.write_text(
+        "\n".join(
+            json.dumps({**fold, "fold": f, "best_val_map_at_r": v, "epochs": e})
+            for f, v, e in [(0, 0.50, 40), (1, 0.60, 50), (2, 0.70, 60)]
+        )
+    )
+    other.write_text(
+        "\n".join(
+            json.dumps({**fold, "fold": f, "best_val_map_at_r": v, "epochs": e})
+            for f, v, e in [(0, 0.52, 20), (1, 0.60, 50)]  # fold 2 not rerun: left out
+        )
+    )
+    (row,) = [r for r in pt.compare_surveys(base, other).splitlines() if r.startswith("| omniglot | ms |")]
+    # Differences +2 and 0 points: mean +1, half-width t(0.975, 1) * stdev / sqrt(2) = 12.706 * 1.
+    assert row == "| omniglot | ms | 2 | +1.00 ± 12.71 | 0.75 |"

@@ -1,0 +1,1 @@
+python benchmarks/fold_convergence.py --dataset omniglot --data-dir ../shared/data/omniglot --losses contrastive,proxyanchor --folds 0,1,2,3 --set train.lr=3e-4 --set train.patience=20 --set train.max_epochs=300 --jsonl omniglot-lr3e-4.jsonl (the omniglot survey at 3x the trunk lr; clean clone of af3cf96, AVX512, machine shared)
