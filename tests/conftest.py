@@ -14,6 +14,18 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
 OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot"
 
+#: ``python -c CLI_DRIVER ARGS`` runs the command line in a fresh process and reports on stderr
+#: whether torch was imported (``TORCH_IMPORTED=True|False``).
+CLI_DRIVER = """
+import sys
+from benchmark.cli.main import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    print("TORCH_IMPORTED=" + str("torch" in sys.modules), file=sys.stderr)
+sys.exit(code)
+"""
+
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,20 +18,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import CLI_DRIVER
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "my_protocol"
-
-# The command line in a fresh process; reports on stderr whether torch was imported.
-_DRIVER = """
-import sys
-from benchmark.cli.main import main
-try:
-    code = main(sys.argv[1:])
-finally:
-    print("TORCH_IMPORTED=" + str("torch" in sys.modules), file=sys.stderr)
-sys.exit(code)
-"""
 
 
 def install_example(tmp_path: Path) -> Path:
@@ -78,7 +68,7 @@ def cli(
         **({"DMLBENCH_PROTOCOL_PATH": str(include)} if include is not None else {}),
     }
     return subprocess.run(
-        [str(venv_python(site)), "-c", _DRIVER, *args],
+        [str(venv_python(site)), "-c", CLI_DRIVER, *args],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800,
     )  # fmt: skip
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import tomllib
+from conftest import CLI_DRIVER
 
 from benchmark.config import (
     PROTOCOL_PATH_VAR,
@@ -279,18 +280,6 @@ def test_another_protocols_setting_is_refused_naming_its_owner(protocol: str, ke
     assert f"this run's protocol is {protocol!r}" in message and f"--protocol {owner}" in message
 
 
-# The command line in a fresh process; reports on stderr whether torch was imported.
-_DRIVER = """
-import sys
-from benchmark.cli.main import main
-try:
-    code = main(sys.argv[1:])
-finally:
-    print("TORCH_IMPORTED=" + str("torch" in sys.modules), file=sys.stderr)
-sys.exit(code)
-"""
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -321,7 +310,7 @@ def test_settings_errors_come_before_torch_is_imported(
     run += ["--results-dir", str(tmp_path / "res")]
     env = {**os.environ, "DMLBENCH_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(
-        [sys.executable, "-c", _DRIVER, *run, *args],
+        [sys.executable, "-c", CLI_DRIVER, *run, *args],
         capture_output=True,
         text=True,
         env=env,
