@@ -1,0 +1,46 @@
+"""benchmarks/packing.py: a record's packing recomputed by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("packing", REPO / "benchmarks" / "packing.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["packing"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_packing_of_a_committed_record_by_hand() -> None:
+    pk = _module()
+    path = REPO / "results" / "glyphs" / "mlrc" / "records" / "mfcont.mini.seed0.json"
+    record = json.loads(path.read_text())
+    search = sum(f["wall_s"] for t in record["search"]["trials"] for f in t["folds"])
+    test = sum(f["wall_s"] for r in record["test"]["rep_details"] for f in r["folds"])
+    jobs = record["execution"]["jobs"]
+    held = jobs * (record["timings_s"]["search"] + record["timings_s"]["test"])
+    p = pk.packing(record)
+    assert p.total == pytest.approx((search + test) / held)
+    assert p.search == pytest.approx(search / (jobs * record["timings_s"]["search"]))
+    assert 0.5 < p.total <= 1.0  # folds cannot hold more core-seconds than the stage had
+
+
+def test_the_table_has_a_row_per_record_and_the_median(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pk = _module()
+    folder = REPO / "results" / "omniglot" / "mlrc" / "records"
+    assert pk.main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    n = len(list(folder.glob("*.json")))
+    assert out.count("| omniglot/") == n
+    assert f"{n} records: median run packing" in out
+    assert pk.main([str(tmp_path / "missing")]) == 2
