@@ -3,8 +3,11 @@ first when the suite runs in parallel (pytest-xdist)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -45,3 +48,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def load_benchmark_script(name: str) -> Any:
+    """``benchmarks/<name>.py`` imported as module ``name`` (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

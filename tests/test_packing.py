@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("packing", REPO / "benchmarks" / "packing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["packing"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("packing")
 
 
 def test_packing_of_a_committed_record_by_hand() -> None:

@@ -3,25 +3,17 @@ shorter patience's selection is worked out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "patience_truncation", REPO / "benchmarks" / "patience_truncation.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["patience_truncation"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("patience_truncation")
 
 
 def test_the_replayed_rule_reproduces_every_committed_patience_stop() -> None:

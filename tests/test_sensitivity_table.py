@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import scipy.stats
+from conftest import load_benchmark_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("sensitivity", REPO / "benchmarks" / "sensitivity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sensitivity"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("sensitivity")
 
 
 def _pooled_by_hand(sens):  # type: ignore[no-untyped-def]
