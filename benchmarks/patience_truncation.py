@@ -134,40 +134,43 @@ NOTE = (
 )
 
 
+def _cell(t: Truncation | None) -> str:
+    """One table cell: drop ± half-width; share changed; epoch fraction (empty without ``t``)."""
+    if t is None:
+        return ""
+    return f"−{t.drop_points:.2f} ± {t.drop_half_width:.2f}; {t.changed_share:.0%}; {t.epoch_fraction:.2f}"
+
+
 def table(paths: Sequence[Path]) -> str:
-    """The markdown table over every MLRC record under ``paths``."""
-    lines: list[str] = []
-    header_done = False
+    """The markdown table over every MLRC record under ``paths`` (columns up to the longest
+    recorded patience; a record with a shorter one leaves the rest empty)."""
+    rows: list[tuple[str, dict[int, Truncation]]] = []
+    longest = 1
     for path in paths:
         for file in sorted(path.glob("*.json")):
             record = json.loads(file.read_text())
             if record.get("protocol") != "mlrc":
                 continue
-            recorded = int(record["config"]["train"]["patience"])
-            every = int(record["config"]["train"]["eval_every"])
-            iters = int(record["config"]["train"]["iters_per_epoch"])
-            if not header_done:
-                cells = " | ".join(f"patience {p}" for p in range(1, recorded))
-                lines.append(f"| records | loss | phase | folds | {cells} |")
-                lines.append("|---" * (4 + recorded - 1) + "|")
-                header_done = True
+            train = record["config"]["train"]
+            recorded = int(train["patience"])
+            longest = max(longest, recorded)
+            window = recorded * int(train["eval_every"]) * int(train["iters_per_epoch"])
             by_phase: dict[str, list[dict[str, Any]]] = {}
             for phase, fold in fold_runs(record):
                 by_phase.setdefault(phase, []).append(fold)
             for phase in ("search", "test"):
-                rows = truncations(by_phase.get(phase, []), recorded)
-                cells = " | ".join(
-                    f"−{t.drop_points:.2f} ± {t.drop_half_width:.2f}; {t.changed_share:.0%}; "
-                    f"{t.epoch_fraction:.2f}"
-                    for t in rows
-                )
-                window = recorded * every * iters
-                lines.append(
-                    f"| {path} (patience {recorded}, window {window} it.) | {record['loss']} | {phase} | "
-                    f"{sum(f.get('stopped_by') == 'patience' for f in by_phase.get(phase, []))} | {cells} |"
-                )
-    lines.append("")
-    lines.append(NOTE)
+                folds = by_phase.get(phase, [])
+                usable = sum(f.get("stopped_by") == "patience" for f in folds)
+                where = f"{path} (patience {recorded}, window {window} it.)"
+                head = f"| {where} | {record['loss']} | {phase} | {usable}"
+                rows.append((head, {t.patience: t for t in truncations(folds, recorded)}))
+    columns = range(1, longest)
+    lines = [
+        "| records | loss | phase | folds | " + " | ".join(f"patience {p}" for p in columns) + " |",
+        "|---" * (4 + len(columns)) + "|",
+    ]
+    lines += [head + " | " + " | ".join(_cell(by_p.get(p)) for p in columns) + " |" for head, by_p in rows]
+    lines += ["", NOTE]
     return "\n".join(lines) + "\n"
 
 
@@ -198,15 +201,7 @@ def jsonl_table(path: Path, show: Sequence[int] | None = None) -> str:
     ]
     for (dataset, loss, recorded, every, iters), folds in sorted(groups.items()):
         by_p = {t.patience: t for t in truncations(folds, recorded)}
-        cells = [
-            (
-                f"−{by_p[p].drop_points:.2f} ± {by_p[p].drop_half_width:.2f}; "
-                f"{by_p[p].changed_share:.0%}; {by_p[p].epoch_fraction:.2f}"
-            )
-            if p in by_p
-            else ""
-            for p in columns
-        ]
+        cells = [_cell(by_p.get(p)) for p in columns]
         usable = sum(f.get("stopped_by") == "patience" for f in folds)
         lines.append(
             f"| {dataset} | {loss} | {recorded} ({recorded * every * iters} it.) | "
