@@ -70,7 +70,7 @@ from typing import (
     is_typeddict,
 )
 
-from benchmark.config import Deviation, flatten
+from benchmark.config import NEUTRAL_DEFAULTS, Deviation, flatten
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.moved_keys import current_layout
 from benchmark.registry import PluginSource, PluginSourceDoc, Registry
@@ -756,7 +756,11 @@ def _resolved_config(r: RunRecord) -> dict[str, Any]:
 
     The one canonicalisation of a record's config for comparing records (replicates, boards).
     """
-    config = json.loads(json.dumps(current_layout(r.document.get("config", {})), sort_keys=True, default=str))
+    return _canonical_config(r.document.get("config", {}))
+
+
+def _canonical_config(config_doc: Mapping[str, Any]) -> dict[str, Any]:
+    config = json.loads(json.dumps(current_layout(config_doc), sort_keys=True, default=str))
     if isinstance(config.get("data"), dict):
         # Where the data lay differs between machines; what data it was is data.dataset and the rest.
         config["data"].pop("data_dir", None)
@@ -779,6 +783,9 @@ def board_settings(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
       different paths on different machines); a built-in name (``builtin:NAME``) is kept.
     * ``protocol.description``: the protocol file's one-line label for people; editing its wording
       changes nothing a run computes, so it must not split a board.
+    * a key of :data:`benchmark.config.NEUTRAL_DEFAULTS` at its neutral value: added after records
+      existed, at the value that reproduces the earlier computation, so records written before it
+      and after it share board settings (a non-neutral value counts).
 
     Added: :data:`TRUNK_SHA256`, the checksum of the trunk weights the run loaded (the record's
     ``trunk_weights.sha256``), so weights of one name but other bytes are other settings.
@@ -787,17 +794,31 @@ def board_settings(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
     lacks. The seed is not part of ``config``.
     """
     r = as_record(record)
-    config = _resolved_config(r)
+    return settings_of(r.document.get("config", {}), r.document.get("trunk_weights"))
+
+
+def settings_of(config_doc: Mapping[str, Any], trunk_weights: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`board_settings` of a run not yet made: its config as a record stores it
+    (``config_to_dict``) and the record's ``trunk_weights`` block (``weights_record``; None
+    without pretrained weights). A driver compares it with a committed record's to tell whether
+    that record is at the settings a run would now use (``benchmarks/regenerate_boards.py``).
+    """
+    config = _canonical_config(config_doc)
     config.pop("loss", None)
     config.pop("space", None)
     flat = flatten(config)
     flat.pop("protocol.description", None)
+    for key, neutral in NEUTRAL_DEFAULTS.items():
+        # A key added after a record was written, at the value that reproduces what runs did
+        # before it existed, is no setting of its own: a record that lacks it and a new one that
+        # holds it computed the same thing (the rule regress identities follow too).
+        if key in flat and flat[key] == neutral:
+            del flat[key]
     weights = flat.get("model.trunk_weights")
     # benchmark.models.pretrained.is_builtin's rule (this reader imports no writer's code).
     if isinstance(weights, str) and weights and not weights.startswith("builtin:"):
         del flat["model.trunk_weights"]
-    block = r.document.get("trunk_weights")
-    flat[TRUNK_SHA256] = block.get("sha256") if isinstance(block, Mapping) else None
+    flat[TRUNK_SHA256] = trunk_weights.get("sha256") if isinstance(trunk_weights, Mapping) else None
     return dict(sorted(flat.items()))
 
 
@@ -807,7 +828,12 @@ def _digest(data: Any) -> str:
 
 def board_key(record: RunRecord | Mapping[str, Any]) -> str:
     """A short hash of :func:`board_settings`: records of equal keys may share a leaderboard section."""
-    return _digest(board_settings(record))
+    return settings_key(board_settings(record))
+
+
+def settings_key(settings: Mapping[str, Any]) -> str:
+    """The short hash :func:`board_key` gives board settings (also of :func:`settings_of`)."""
+    return _digest(dict(settings))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from benchmark.config import NEUTRAL_DEFAULTS
 from benchmark.errors import DmlbenchError
 from benchmark.records import (
     TRUNK_SHA256,
@@ -29,6 +30,7 @@ from benchmark.records import (
     replicate_key,
     settings_diff,
     settings_groups,
+    settings_of,
 )
 from benchmark.report.compare import compare_leaderboard, settings_conflicts
 from benchmark.report.leaderboard import build_leaderboard, load_leaderboard, markdown_text
@@ -162,6 +164,24 @@ def test_settings_diff_names_each_differing_key_with_both_values() -> None:
         "train.lr_schedule: (absent) → cosine",
         "train.patience: 2 → 5",
     ]
+
+
+def test_keys_added_later_count_only_away_from_their_neutral_value() -> None:
+    # A record written before eval.knn and the pooling options existed lacks them; a run today
+    # writes them at the values that reproduce the old computation: one board, one section.
+    old = make_record("a", 0.5, "1")
+    new = make_record("b", 0.5, "2")
+    new["config"]["eval"] = {
+        key.split(".")[1]: v for key, v in NEUTRAL_DEFAULTS.items() if key.startswith("eval.")
+    }
+    new["config"]["model"].update(
+        {key.split(".")[1]: v for key, v in NEUTRAL_DEFAULTS.items() if key.startswith("model.")}
+    )
+    assert board_key(old) == board_key(new)
+    assert settings_of(new["config"], new["trunk_weights"]) == board_settings(old)
+    # Away from it, the key is a setting like any other (an approximate index is not exact search).
+    new["config"]["eval"]["knn"] = "hnsw"
+    assert [c.text for c in settings_diff(old, new)] == ["eval.knn: (absent) → hnsw"]
 
 
 def test_replicates_always_share_board_settings() -> None:
