@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import optuna
 import pytest
 from cli_helpers import dmlbench
+from conftest import load_benchmark_script
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -119,6 +121,32 @@ def test_rerun_is_a_noop_resume(smoke_run: tuple[Path, Path, str], cache_dir: Pa
     after = load_record(results)
     assert after["search"]["trials"] == before["search"]["trials"]
     assert after["test"]["per_rep"] == before["test"]["per_rep"]
+
+
+def test_regeneration_driver_knows_the_board_settings_a_run_writes(
+    smoke_run: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    """benchmarks/regenerate_boards.py resolves a run's board settings without running it; they
+    must be those the run then records, or a regeneration would rerun (or skip) the wrong records."""
+    _, results, _ = smoke_run
+    rb = load_benchmark_script("regenerate_boards")
+    entry = rb.Entry("glyphs", "mfcont", 0, "smoke")
+    assert rb.is_current(entry, {}, results)
+    # Any setting changed since the record was written makes it one to rerun...
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    rec = load_record(copy)
+    rec["config"]["train"]["patience"] += 1
+    entry.path(copy).write_text(json.dumps(rec), encoding="utf-8")
+    assert not rb.is_current(entry, {}, copy)
+    # ...a key added since, at its neutral value, does not (records predating eval.knn lack it).
+    rec["config"]["train"]["patience"] -= 1
+    del rec["config"]["eval"]
+    entry.path(copy).write_text(json.dumps(rec), encoding="utf-8")
+    assert rb.is_current(entry, {}, copy)
+    # A missing record is planned.
+    entry.path(copy).unlink()
+    assert not rb.is_current(entry, {}, copy)
 
 
 def test_unknown_loss_exits_2_before_compute(tmp_path: Path, cache_dir: Path) -> None:

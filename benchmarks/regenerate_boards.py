@@ -1,0 +1,247 @@
+"""Regenerate the committed MLRC ``mini`` boards loss by loss, resumably, from a clean clone.
+
+A change of the ``mini`` budget (or of its trunk weights) changes every record's board settings
+(:func:`benchmark.records.board_settings`); a leaderboard then shows the records made before it
+in an "earlier settings" section until every loss has been rerun. On a 2-core machine that is
+tens of CPU-hours, so it spans many sessions. This script says which records are still at
+earlier settings and reruns them one at a time:
+
+    python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]
+    python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N]
+
+**The plan** of a dataset is every built-in loss (the loss registry, no plugin) at search seed 0,
+then each further search seed that a committed record of that loss has (the multi-seed rows of
+the claims issue), so a regenerated board keeps its replicate rows. Seed-0 runs come first, so a
+partly regenerated board has a ranking of every loss before it gains replicates.
+
+**Current** means: the committed record ``results/<dataset>/mlrc/records/<loss>.mini.seed<S>.json``
+exists and its board settings equal those a run of this checkout would record (its config
+resolved by the same preflight ``dmlbench run`` uses, with the trunk weights' checksum), compared
+by :func:`benchmark.records.settings_key`. Nothing is timed or trained to decide it.
+
+``run`` refuses a checkout with uncommitted changes to tracked files (the boards come from clean
+clones; ``--allow-dirty`` for trials), takes the machine's heavy-work lock around each run (one
+heavy job at a time; ``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where
+the board reads it. A run is ``dmlbench run`` itself, so an interrupted one resumes where it
+stopped on the next call. Commit each record as it lands (from the clone into main).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmark.config import config_to_dict  # noqa: E402
+from benchmark.losses import LOSSES  # noqa: E402
+from benchmark.models.pretrained import weights_record  # noqa: E402
+from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
+from benchmark.records import board_key, load_record, settings_key, settings_of  # noqa: E402
+
+PROTOCOL = "mlrc"
+BUDGET = "mini"
+DATASETS = ("glyphs", "omniglot")
+#: Where a dataset's files lie when ``--data-dir`` does not say (the embedded glyphs need none).
+DEFAULT_DATA_DIRS = {"omniglot": REPO.parent / "shared" / "data" / "omniglot"}
+LOCK = Path(os.environ.get("DMLBENCH_HEAVY_LOCK", "/tmp/dmlbench-heavy.lock"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record of a board's plan."""
+
+    dataset: str
+    loss: str
+    seed: int
+    budget: str = BUDGET
+
+    def path(self, results: Path) -> Path:
+        return (
+            results / self.dataset / PROTOCOL / "records" / f"{self.loss}.{self.budget}.seed{self.seed}.json"
+        )
+
+
+def builtin_losses() -> list[str]:
+    """The loss registry's built-in names, in registration order (installed plugins left out)."""
+    return [name for name in LOSSES.names() if LOSSES.source_of(name) is None]
+
+
+def committed_seeds(results: Path, dataset: str, loss: str, budget: str = BUDGET) -> list[int]:
+    """The search seeds of ``loss``'s committed ``budget`` records on ``dataset``."""
+    folder = results / dataset / PROTOCOL / "records"
+    seeds = []
+    for path in folder.glob(f"{loss}.{budget}.seed*.json"):
+        tail = path.name.removeprefix(f"{loss}.{budget}.seed").removesuffix(".json")
+        if tail.isdigit():
+            seeds.append(int(tail))
+    return sorted(seeds)
+
+
+def plan(results: Path, datasets: Sequence[str], losses: Sequence[str], budget: str = BUDGET) -> list[Entry]:
+    """Seed 0 of every loss on every dataset first, then the committed further seeds."""
+    first = [Entry(d, loss, 0, budget) for d in datasets for loss in losses]
+    more = [
+        Entry(d, loss, s, budget)
+        for d in datasets
+        for loss in losses
+        for s in committed_seeds(results, d, loss, budget)
+        if s != 0
+    ]
+    return first + more
+
+
+def request(entry: Entry, data_dirs: dict[str, Path], results: Path) -> RunRequest:
+    data_dir = data_dirs.get(entry.dataset)
+    return RunRequest(
+        loss=entry.loss,
+        protocol=PROTOCOL,
+        dataset=entry.dataset,
+        data_dir=None if data_dir is None else str(data_dir),
+        budget=entry.budget,
+        seed=entry.seed,
+        results_dir=results,
+        out=REPO / "runs",
+    )
+
+
+def target_key(entry: Entry, data_dirs: dict[str, Path], results: Path) -> str:
+    """The board-settings key a run of ``entry`` by this checkout would record."""
+    config = preflight(request(entry, data_dirs, results))
+    model = config.model
+    trunk = weights_record(model.trunk, model.pretrained, model.trunk_weights)
+    return settings_key(settings_of(config_to_dict(config), trunk))
+
+
+def is_current(entry: Entry, data_dirs: dict[str, Path], results: Path) -> bool:
+    path = entry.path(results)
+    return path.exists() and board_key(load_record(path)) == target_key(entry, data_dirs, results)
+
+
+def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list[str]:
+    """The ``dmlbench run`` command of one planned record (records into ``results``)."""
+    cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--protocol", PROTOCOL, "--loss", entry.loss]
+    cmd += ["--dataset", entry.dataset, "--budget", entry.budget, "--seed", str(entry.seed)]
+    if entry.dataset in data_dirs:
+        cmd += ["--data-dir", str(data_dirs[entry.dataset])]
+    return [*cmd, "--results-dir", str(results), "--out", str(REPO / "runs"), "--quiet"]
+
+
+@contextmanager
+def heavy_lock() -> Iterator[None]:
+    """Hold the machine's heavy-work lock (one heavy job at a time on a 2-core host)."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def dirty_files() -> list[str]:
+    """Tracked files with uncommitted changes in this checkout (``git status``)."""
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+
+
+def parse_data_dirs(values: Sequence[str]) -> dict[str, Path]:
+    dirs = {name: path for name, path in DEFAULT_DATA_DIRS.items() if path.is_dir()}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"--data-dir takes DATASET=PATH, got {value!r}.")
+        dirs[name] = Path(path)
+    return dirs
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    entries = plan(args.results, args.datasets, args.losses, args.budget)
+    stale = [e for e in entries if not is_current(e, args.data_dirs, args.results)]
+    for d in args.datasets:
+        mine = [e for e in entries if e.dataset == d]
+        left = [e for e in stale if e.dataset == d]
+        print(
+            f"{d}: {len(mine) - len(left)} of {len(mine)} {args.budget} records"
+            " at this checkout's board settings"
+        )
+        for e in left:
+            state = "at earlier settings" if e.path(args.results).exists() else "missing"
+            print(f"  to run: {e.loss} seed {e.seed} ({state})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    dirty = dirty_files()
+    if dirty and not args.allow_dirty:
+        print(
+            f"The checkout has uncommitted changes to {len(dirty)} tracked file(s) ({', '.join(dirty[:5])}); "
+            "boards are regenerated from clean clones (--allow-dirty to run anyway).",
+            file=sys.stderr,
+        )
+        return 2
+    done = 0
+    for entry in plan(args.results, args.datasets, args.losses, args.budget):
+        if args.limit is not None and done >= args.limit:
+            break
+        if is_current(entry, args.data_dirs, args.results):
+            continue
+        cmd = run_command(entry, args.data_dirs, args.results)
+        with heavy_lock():
+            print(f"{entry.dataset} {entry.loss} seed {entry.seed}: {' '.join(cmd[1:])}", flush=True)
+            code = subprocess.call(cmd, cwd=REPO)
+        print(f"{entry.dataset} {entry.loss} seed {entry.seed}: exit {code}", flush=True)
+        if code != 0:
+            return code
+        print(f"landed: {entry.path(args.results)} (commit it)", flush=True)
+        done += 1
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("status", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("--datasets", default=",".join(DATASETS))
+        p.add_argument("--losses", default=None, help="comma-separated (default: every built-in loss)")
+        p.add_argument("--data-dir", action="append", default=[], metavar="DATASET=PATH")
+        p.add_argument("--results", type=Path, default=REPO / "results")
+        p.add_argument("--budget", default=BUDGET, help="the boards' budget (default: mini)")
+        if name == "run":
+            p.add_argument("--limit", type=int, default=None, help="stop after this many runs")
+            p.add_argument("--allow-dirty", action="store_true")
+    args = parser.parse_args(argv)
+    args.datasets = [d for d in args.datasets.split(",") if d]
+    valid = builtin_losses()
+    args.losses = valid if args.losses is None else [loss for loss in args.losses.split(",") if loss]
+    unknown = sorted(set(args.losses) - set(valid))
+    if unknown:
+        parser.error(f"--losses: {', '.join(unknown)} are not built-in losses; valid: {', '.join(valid)}")
+    args.data_dirs = parse_data_dirs(args.data_dir)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return cmd_status(args) if args.command == "status" else cmd_run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

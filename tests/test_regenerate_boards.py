@@ -1,0 +1,74 @@
+"""benchmarks/regenerate_boards.py: which committed board records a run of this checkout would
+replace, and in what order it reruns them (the run itself is ``dmlbench run``; its end-to-end
+check, against a record a real run wrote, is in test_e2e_run.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import load_benchmark_script
+
+from benchmark.losses import LOSSES
+
+rb = load_benchmark_script("regenerate_boards")
+
+
+def touch(results: Path, dataset: str, name: str) -> None:
+    folder = results / dataset / "mlrc" / "records"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("{}", encoding="utf-8")
+
+
+def test_the_plan_is_every_built_in_loss_at_seed_0_first_then_the_committed_further_seeds(
+    tmp_path: Path,
+) -> None:
+    touch(tmp_path, "omniglot", "ms.mini.seed2.json")
+    touch(tmp_path, "omniglot", "ms.mini.seed1.json")
+    touch(tmp_path, "omniglot", "ms.smoke.seed3.json")  # another budget's record is not planned
+    touch(tmp_path, "omniglot", "ms.mini.seedx.json")  # not a seed
+    losses = rb.builtin_losses()
+    entries = rb.plan(tmp_path, ["glyphs", "omniglot"], losses)
+    assert entries[: 2 * len(losses)] == [
+        rb.Entry(d, loss, 0) for d in ("glyphs", "omniglot") for loss in losses
+    ]
+    assert entries[2 * len(losses) :] == [rb.Entry("omniglot", "ms", 1), rb.Entry("omniglot", "ms", 2)]
+
+
+def test_built_in_losses_are_the_registry_without_plugins() -> None:
+    names = rb.builtin_losses()
+    assert names == [n for n in LOSSES.names() if LOSSES.source_of(n) is None]
+    assert "mfcont" in names and "contrastive" in names
+
+
+def test_an_unknown_loss_is_refused_with_the_valid_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        rb.parse_args(["status", "--losses", "mfcont,mfcnt"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "mfcnt are not built-in losses" in err and "valid: " in err and "contrastive" in err
+
+
+def test_a_bad_data_dir_option_is_refused() -> None:
+    with pytest.raises(SystemExit, match="DATASET=PATH"):
+        rb.parse_args(["status", "--data-dir", "/somewhere/omniglot"])
+
+
+def test_run_refuses_a_checkout_with_uncommitted_changes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(rb, "dirty_files", lambda: ["benchmark/budgets.py"])
+    calls: list[object] = []
+    monkeypatch.setattr(rb.subprocess, "call", lambda *a, **k: calls.append(a) or 0)
+    assert rb.main(["run", "--datasets", "glyphs", "--losses", "mfcont", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "uncommitted changes to 1 tracked file(s) (benchmark/budgets.py)" in err
+    assert calls == []
+
+
+def test_run_command_is_dmlbench_run_into_the_boards_results(tmp_path: Path) -> None:
+    cmd = rb.run_command(rb.Entry("omniglot", "ms", 2), {"omniglot": Path("/data/omniglot")}, tmp_path)
+    assert cmd[1:4] == ["-m", "benchmark.cli.main", "run"]
+    text = " ".join(cmd)
+    assert "--loss ms --dataset omniglot --budget mini --seed 2 --data-dir /data/omniglot" in text
+    assert f"--results-dir {tmp_path}" in text
