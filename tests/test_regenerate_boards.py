@@ -59,7 +59,12 @@ def test_run_refuses_a_checkout_with_uncommitted_changes(
 ) -> None:
     monkeypatch.setattr(rb, "dirty_files", lambda: ["benchmark/budgets.py"])
     calls: list[object] = []
-    monkeypatch.setattr(rb.subprocess, "call", lambda *a, **k: calls.append(a) or 0)
+
+    def call(*args: object, **kwargs: object) -> int:
+        calls.append(args)
+        return 0
+
+    monkeypatch.setattr(rb.subprocess, "call", call)
     assert rb.main(["run", "--datasets", "glyphs", "--losses", "mfcont", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "uncommitted changes to 1 tracked file(s) (benchmark/budgets.py)" in err
