@@ -25,6 +25,7 @@ import numpy as np
 from benchmark.records import replicates_per_loss
 from benchmark.report.leaderboard import RecordLike
 from benchmark.stats.power import difference_df, difference_se, power
+from benchmark.stats.seeds import pooled_seed_variance, seed_means
 
 SEEDS = (1, 2, 3, 4, 5, 6, 8, 10)
 REPS = (4, 10, 20)
@@ -51,30 +52,24 @@ class Components:
 
 
 def components(records: Sequence[RecordLike], mode: str, metric: str) -> Components:
-    """The column's pooled components over the records' losses (seeds folded per loss)."""
-    ss_e, df_e, ss_t, df_t = 0.0, 0, 0.0, 0
-    reps: list[int] = []
-    seed_sd: dict[str, float] = {}
+    """The column's pooled components over the records' losses (seeds folded per loss).
+
+    Each loss's row holds its records' repetition values (records with fewer than 2 left out:
+    they carry no within-seed spread); tau^2 is :func:`~benchmark.stats.seeds.pooled_seed_variance`
+    of those rows, the one estimator the leaderboard's multi-seed rows use too.
+    """
+    rows: dict[str, list[list[float]]] = {}
     for loss, recs in sorted(replicates_per_loss(records).items()):
-        means = []
-        for r in recs:
-            values = r.test["per_rep"].get(mode, {}).get(metric)
-            if not values or len(values) < 2:
-                continue
-            x = np.asarray(values, dtype=np.float64)
-            ss_e += float(((x - x.mean()) ** 2).sum())
-            df_e += x.size - 1
-            reps.append(x.size)
-            means.append(float(x.mean()))
-        if len(means) >= 2:
-            m = np.asarray(means)
-            ss_t += float(((m - m.mean()) ** 2).sum())
-            df_t += m.size - 1
-            seed_sd[loss] = float(m.std(ddof=1))
-    r_typical = int(np.median(reps)) if reps else 0
-    return Components(
-        ss_e / df_e if df_e else math.nan, df_e, ss_t / df_t if df_t else math.nan, df_t, r_typical, seed_sd
-    )
+        groups = [list(v) for r in recs if len(v := r.test["per_rep"].get(mode, {}).get(metric) or []) >= 2]
+        if groups:
+            rows[loss] = groups
+    groups_all = [g for groups in rows.values() for g in groups]
+    ss_e = sum(float(((x - x.mean()) ** 2).sum()) for x in map(np.asarray, groups_all))
+    df_e = sum(len(g) - 1 for g in groups_all)
+    tau2, df_t = pooled_seed_variance(list(rows.values()))
+    seed_sd = {loss: float(np.std(seed_means(g), ddof=1)) for loss, g in rows.items() if len(g) >= 2}
+    r_typical = int(np.median([len(g) for g in groups_all])) if groups_all else 0
+    return Components(ss_e / df_e if df_e else math.nan, df_e, tau2, df_t, r_typical, seed_sd)
 
 
 @dataclass(frozen=True)
