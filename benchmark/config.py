@@ -129,6 +129,12 @@ class SearchConfig:
     n_startup_trials: int = 5
     sampler: str = "gp"
     prune: bool = False
+    # Search every linear range that spans two orders of magnitude or more (0 < low, high / low >=
+    # 100, e.g. ArcFace's scale on [0.01, 200]) on a log scale (benchmark.losses.registry.log_if_wide).
+    # MLRC searches them linearly with 50 trials; with a budget's few trials a linear range puts
+    # almost no point in its lowest decades, where optima such as ArcFace's scale lie. Off for every
+    # protocol (paper); a budget that turns it on records the deviation.
+    log_wide_ranges: bool = False
 
 
 @dataclass(frozen=True)
@@ -572,6 +578,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "eval.ivf_nprobe": 16,
     "eval.hnsw_m": 32,
     "eval.hnsw_ef_search": 128,
+    "search.log_wide_ranges": False,
 }
 
 

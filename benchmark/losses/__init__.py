@@ -27,6 +27,7 @@ from benchmark.losses.registry import (
     LossSpec,
     SearchDim,
     build_loss,
+    log_if_wide,
     register_loss,
     resolve_params,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "LossSpec",
     "SearchDim",
     "build_loss",
+    "log_if_wide",
     "register_loss",
     "resolve_params",
 ]

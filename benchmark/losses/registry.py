@@ -80,6 +80,19 @@ class SearchDim:
         return isinstance(value, int | float) and self.low <= value <= self.high
 
 
+#: A linear range with ``high / low`` at least this (``low > 0``) spans two orders of magnitude or
+#: more: :func:`log_if_wide` searches it on a log scale under ``search.log_wide_ranges``.
+WIDE_RANGE_RATIO = 100.0
+
+
+def log_if_wide(dim: SearchDim, ratio: float = WIDE_RANGE_RATIO) -> SearchDim:
+    """``dim`` on a log scale if it is linear with ``0 < low`` and ``high / low >= ratio``; else
+    ``dim`` itself (log ranges, ranges reaching 0 or below, and narrower ones are left as they are)."""
+    if dim.log or dim.low <= 0 or dim.high / dim.low < ratio:
+        return dim
+    return SearchDim(dim.low, dim.high, log=True)
+
+
 #: The MLRC range of every loss-parameter learning rate (docs/protocols.md §2.2 and §3).
 PARAM_LR_SEARCH = SearchDim(1e-6, 1.0, log=True)
 

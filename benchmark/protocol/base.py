@@ -37,7 +37,7 @@ from benchmark.engine.train import StepCallback
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import differing_keys, read_json, write_json_atomic
-from benchmark.losses import LOSSES, LossSpec, SearchDim
+from benchmark.losses import LOSSES, LossSpec, SearchDim, log_if_wide
 from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
@@ -162,6 +162,8 @@ class ProtocolRun:
                     )
                 if loss_name == spec.name and key in space:
                     space[key] = SearchDim(float(bounds[0]), float(bounds[1]), dim.log)
+        if self.config.search.log_wide_ranges:
+            space = {k: log_if_wide(d) for k, d in space.items()}
         return space, fixed
 
     # -- steps 2/3: the protocol's --------------------------------------------------------------
