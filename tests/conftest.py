@@ -7,7 +7,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import pytest
 import torch
@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def load_benchmark_script(name: str) -> Any:
+def load_benchmark_script(name: str) -> ModuleType:
     """``benchmarks/<name>.py`` imported as module ``name`` (the scripts are not a package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None

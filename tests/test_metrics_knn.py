@@ -162,7 +162,7 @@ def test_raw_faiss_scores_depend_on_the_openmp_thread_count() -> None:
 
 
 @pytest.mark.parametrize("space", ["cosine", "euclidean"])
-def test_rankings_do_not_depend_on_the_thread_count(space: str) -> None:
+def test_rankings_do_not_depend_on_the_thread_count(space: Space) -> None:
     """The process's OpenMP setting and the search pool's size change speed, not neighbours."""
     import faiss
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from conftest import load_benchmark_script
@@ -11,7 +12,7 @@ from conftest import load_benchmark_script
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _module():  # type: ignore[no-untyped-def]
+def _module() -> ModuleType:
     return load_benchmark_script("packing")
 
 
@@ -29,7 +30,9 @@ def test_packing_of_a_committed_record_by_hand() -> None:
     assert 0.5 < p.total <= 1.0  # folds cannot hold more core-seconds than the stage had
 
 
-def test_the_table_has_a_row_per_record_and_the_median(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_table_has_a_row_per_record_and_the_median(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pk = _module()
     folder = REPO / "results" / "omniglot" / "mlrc" / "records"
     assert pk.main([str(folder)]) == 0

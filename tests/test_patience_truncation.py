@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from conftest import load_benchmark_script
@@ -12,7 +13,7 @@ from conftest import load_benchmark_script
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _module():  # type: ignore[no-untyped-def]
+def _module() -> ModuleType:
     return load_benchmark_script("patience_truncation")
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmark.config import RunConfig
-from benchmark.data import DATASETS, DatasetOptions, DatasetSpec
+from benchmark.data import DATASETS, DatasetOptions, DatasetSpec, ImageDataset
 from benchmark.data.layouts import (
     CUB_LAYOUT,
     STANDARD_LAYOUTS,
@@ -96,6 +96,11 @@ def test_folder_check(tmp_path: Path) -> None:
     check_folder_dir(tmp_path)
 
 
+def _never_loaded(options: DatasetOptions) -> ImageDataset:
+    """A plugin dataset's loader that preflight, which loads no data, never calls."""
+    raise AssertionError("preflight loaded the dataset")
+
+
 def test_a_plugin_dataset_declares_its_own_check_and_preflight_calls_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -105,7 +110,7 @@ def test_a_plugin_dataset_declares_its_own_check_and_preflight_calls_it(
         seen.append(data_dir)
         raise DataError(f"{data_dir} lacks labels.csv")
 
-    spec = DatasetSpec("layoutplugin", "a plugin dataset", True, lambda options: None, {}, check)
+    spec = DatasetSpec("layoutplugin", "a plugin dataset", True, _never_loaded, {}, check)
     monkeypatch.setitem(DATASETS._items, "layoutplugin", spec)
     request = RunRequest(
         loss="contrastive",
@@ -121,7 +126,8 @@ def test_a_plugin_dataset_declares_its_own_check_and_preflight_calls_it(
 
 
 def test_a_plugin_dataset_check_must_be_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = DatasetSpec("badcheck", "d", True, lambda options: None, {}, "not callable")  # type: ignore[arg-type]
+    # The check is deliberately not callable: that is what preflight must reject.
+    spec = DatasetSpec("badcheck", "d", True, _never_loaded, {}, "not callable")  # type: ignore[arg-type]
     monkeypatch.setitem(DATASETS._items, "badcheck", spec)
     request = RunRequest(
         loss="contrastive",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import queue
+import time
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,7 @@ from benchmark.protocol.progress import Progress
 def test_a_log_gets_milestones_and_a_heartbeat_not_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not a terminal: epoch lines are dropped between milestones, unless a heartbeat is due."""
     clock = [1000.0]
-    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])  # the clock Progress reads
     stream = io.StringIO()
     p = Progress(10, stream=stream)
     p.status("search trial 1/10: fold 1/4 done", milestone=True)
@@ -136,5 +138,5 @@ def test_default_jobs_one_fold_process_per_core(
 ) -> None:
     # One fold process per core (two per core time-sliced measured slower with the folds pooled),
     # never more than a trial's 4 folds; one process drives a GPU.
-    monkeypatch.setattr(device_module.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)  # the os module device_module asks
     assert device_module.default_jobs(torch.device(device)) == jobs

@@ -194,7 +194,8 @@ class _ToySettings:
 
 
 def test_a_protocol_declares_its_settings_and_the_config_checks_them() -> None:
-    from benchmark.config import ConfigError, config_to_dict, deviations
+    from benchmark.config import config_to_dict, deviations
+    from benchmark.errors import ConfigError
     from benchmark.protocol.registry import PROTOCOLS, ProtocolSpec, register_protocol, resolve_run_config
     from benchmark.records import RECORD_KINDS
 

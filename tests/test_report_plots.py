@@ -8,6 +8,7 @@ import io
 import json
 import random
 import shutil
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_saving_processes_write_the_same_bytes(
     root, _ = plotted
     submitted: list[str] = []
 
-    class CountingPool(figure_files.ProcessPoolExecutor):  # the real pool, counting what it is given
+    class CountingPool(ProcessPoolExecutor):  # the real pool (figure_files'), counting what it is given
         def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
             submitted.append(args[1])
             return super().submit(fn, *args, **kwargs)
@@ -206,8 +207,9 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
         fig = plot_wall_time(load_records(results, dataset, "mlrc"), "map_at_r", "mini", lambda _: None)
         assert fig is not None
         canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        renderer = canvas.get_renderer()
+        # matplotlib's backend_agg is unannotated (as in benchmark.report.plots.separate_labels).
+        canvas.draw()  # type: ignore[no-untyped-call]
+        renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
         (ax,) = fig.axes
         texts = [t for t in ax.texts if t.get_text()]
         assert texts, "the Pareto front is labelled"

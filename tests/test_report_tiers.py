@@ -48,7 +48,7 @@ def test_seeds_fold_into_one_row_with_the_two_level_interval() -> None:
     assert rows["a"].seeds == (0, 1) and rows["a"].scope == SCOPE_BOTH and rows["a"].reps_text == "2×3"
     assert rows["c"].seeds == (0,) and rows["c"].scope == SCOPE_TRAINING
     # The same estimates as the pure function on the per-rep values.
-    per = {r["loss"]: [] for r in _board()}
+    per: dict[str, list[list[float]]] = {r["loss"]: [] for r in _board()}
     for r in _board():
         per[r["loss"]].append(r["test"]["per_rep"]["separated"]["map_at_r"])
     expected = dict(zip(sorted(per), row_estimates([per[k] for k in sorted(per)]), strict=True))

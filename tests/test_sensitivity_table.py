@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+import pytest
 import scipy.stats
 from conftest import load_benchmark_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _module():  # type: ignore[no-untyped-def]
+def _module() -> ModuleType:
     return load_benchmark_script("sensitivity")
 
 
-def _pooled_by_hand(sens):  # type: ignore[no-untyped-def]
+def _pooled_by_hand(sens: ModuleType) -> tuple[dict[str, list[np.floating[Any]]], float, int]:
     """Seed means of the committed separated mini rows per loss, and tau^2 pooled over the six
     losses' seeds with its degrees of freedom, computed by hand."""
     groups = {
@@ -64,7 +67,7 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
     assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
 
 
-def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     sens = _module()

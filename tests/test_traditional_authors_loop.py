@@ -223,9 +223,11 @@ def test_batchnorm_affine_trains_from_the_epoch_the_warmup_ends(monkeypatch: pyt
             self.epoch = epoch
 
         def after_backward(self) -> None:
-            bns = [m for m in self.model.trunk.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+            trunk = self.model.trunk
+            assert isinstance(trunk, torch.nn.Module)
+            bns = [m for m in trunk.modules() if isinstance(m, torch.nn.BatchNorm2d)]
             affine = [p for bn in bns for p in bn.parameters()]
-            convs = [m.weight for m in self.model.trunk.modules() if isinstance(m, torch.nn.Conv2d)]
+            convs = [m.weight for m in trunk.modules() if isinstance(m, torch.nn.Conv2d)]
             assert bns and affine
             seen[self.epoch] = (
                 all(p.requires_grad for p in affine),
