@@ -16,8 +16,12 @@ changed at a time and compares each loss's test MAP@R with its committed ``mini`
   (100-iteration epochs, validation every 2 epochs = 200 iterations, patience 5 = stop 1000
   iterations after the best), with ``max_epochs`` 300 as a cap far above the stops the long-patience
   surveys saw (``results/sensitivity/saturation``: up to 177 epochs of 50 iterations on glyphs),
-  and the trunk pretrained on the look-alike-filtered symbols (``builtin:smallcnn-symbols-v3``,
-  issue 30), which the regenerated boards will use;
+  the trunk pretrained on the look-alike-filtered symbols (``builtin:smallcnn-symbols-v3``,
+  issue 30), which the regenerated boards will use, and ranges spanning two orders of magnitude
+  searched on a log scale (``search.log_wide_ranges``: at 10 trials a linear [0.01, 200] put one
+  point below 10). The calib and calib2x records of contrastive, triplet and margin were made at
+  76d510c, before that key existed; none of their ranges is that wide, so it leaves their searches
+  unchanged (tests/test_mlrc_search_ranges.py checks the rule over every loss);
 * ``calib2x``: ``calib`` with patience and trials doubled (10, 20 trials): its check is
   ``table --variants calib2x --against calib``.
 
@@ -74,9 +78,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "train.patience=5",
         "train.max_epochs=300",
         "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
     ),
     "calib2x": (
         "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
         "train.iters_per_epoch=100",
         "train.eval_every=2",
         "train.patience=10",
