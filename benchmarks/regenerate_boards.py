@@ -29,17 +29,17 @@ stopped on the next call. Commit each record as it lands (from the clone into ma
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from heavy_lock import heavy_lock  # noqa: E402
 
 from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
@@ -52,7 +52,6 @@ BUDGET = "mini"
 DATASETS = ("glyphs", "omniglot")
 #: Where a dataset's files lie when ``--data-dir`` does not say (the embedded glyphs need none).
 DEFAULT_DATA_DIRS = {"omniglot": REPO.parent / "shared" / "data" / "omniglot"}
-LOCK = Path(os.environ.get("DMLBENCH_HEAVY_LOCK", "/tmp/dmlbench-heavy.lock"))
 
 
 @dataclass(frozen=True)
@@ -133,18 +132,6 @@ def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list
     if entry.dataset in data_dirs:
         cmd += ["--data-dir", str(data_dirs[entry.dataset])]
     return [*cmd, "--results-dir", str(results), "--out", str(REPO / "runs"), "--quiet"]
-
-
-@contextmanager
-def heavy_lock() -> Iterator[None]:
-    """Hold the machine's heavy-work lock (one heavy job at a time on a 2-core host)."""
-    LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def dirty_files() -> list[str]:

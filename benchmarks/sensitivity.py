@@ -50,18 +50,18 @@ Holm-corrected over the table's cells).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import math
-import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from heavy_lock import heavy_lock  # noqa: E402
 
 from benchmark.records import RunRecord, load_record  # noqa: E402
 from benchmark.stats.seeds import Estimate, difference, pooled_seed_variance  # noqa: E402
@@ -102,21 +102,8 @@ FAMILIES: dict[str, str] = {
 DATASET = "omniglot"
 BASELINE = REPO / "results" / DATASET / "mlrc" / "records"
 OUT_ROOT = REPO / "results" / "sensitivity"
-LOCK = Path(os.environ.get("DMLBENCH_HEAVY_LOCK", "/tmp/dmlbench-heavy.lock"))
 MODES = (("separated", "separated (128-d)"), ("concatenated", "concatenated (512-d)"))
 METRIC = "map_at_r"
-
-
-@contextmanager
-def heavy_lock() -> Iterator[None]:
-    """Hold the machine's heavy-work lock (one heavy job at a time on a 2-core host)."""
-    LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_command(variant: str, loss: str, data_dir: Path, seed: int) -> list[str]:
