@@ -64,6 +64,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from heavy_lock import heavy_lock  # noqa: E402
 
 from benchmark.records import RunRecord, load_record  # noqa: E402
+from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import Estimate, difference, pooled_seed_variance  # noqa: E402
 
 #: Variant name -> the ``--set`` overrides it applies to ``mini``.
@@ -214,6 +215,7 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
     head = f"| loss | family | {reference} | " + " | ".join(f"{v}: change" for v in variants) + " |"
     lines += [head, "|" + "---|" * (3 + len(variants))]
     var_est: dict[str, dict[str, Estimate]] = {v: {} for v in variants}
+    p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
     for loss, family in FAMILIES.items():
         if loss not in base:
             lines.append(f"| {loss} | {family} | not run |" + " |" * len(variants))
@@ -227,11 +229,13 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
             est = seed_estimate(load_groups(paths, mode), tau2, df)
             var_est[v][loss] = est
             d = difference(est, base[loss])
+            p_values[v][loss] = d.p
             lo, hi = d.interval()
             cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)"))
         lines.append("| " + " | ".join(cells) + " |")
+    notes = [] if against is None else ["", *check_notes(mode, variants, against, p_values)]
     if set(base) != set(FAMILIES):
-        return [*lines, "", "Family gap: the reference is incomplete.", ""]
+        return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
     base_gap = gap(base)
     cells = ["**family gap**", "class/proxy − pair", fmt(base_gap.mean, base_gap.half_width)]
     for v in variants:
@@ -241,8 +245,59 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
         d = difference(gap(var_est[v]), base_gap)
         lo, hi = d.interval()
         cells.append(f"{100 * gap(var_est[v]).mean:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
-    lines += ["| " + " | ".join(cells) + " |", ""]
+    lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
+
+
+def within_seed_sd(paths: Sequence[Path], mode: str) -> tuple[float, int]:
+    """The test repetitions' standard deviation within a seed, pooled over ``paths`` (and its df)."""
+    ss, df = 0.0, 0
+    for values in load_groups(paths, mode):
+        mean = sum(values) / len(values)
+        ss += sum((x - mean) ** 2 for x in values)
+        df += len(values) - 1
+    return (math.sqrt(ss / df) if df else math.nan), df
+
+
+def check_notes(
+    mode: str, variants: Sequence[str], against: str, p_values: dict[str, dict[str, float]]
+) -> list[str]:
+    """What the calibration check's table rests on: the tests behind its intervals, Holm-corrected
+    over the losses of the column, and whether the variants' repetition spread is ``mini``'s (the
+    intervals borrow ``mini``'s seed variance because one variant seed cannot estimate its own)."""
+    notes: list[str] = []
+    for v in variants:
+        losses = list(p_values[v])
+        if not losses:
+            continue
+        adjusted = dict(zip(losses, holm([p_values[v][loss] for loss in losses]), strict=True))
+        below = [loss for loss in losses if adjusted[loss] < 0.05]
+        notes.append(
+            f"`{v}` against `{against}`, the test of each change (p, Holm-adjusted over the {len(losses)} "
+            "losses): "
+            + ", ".join(f"{loss} {adjusted[loss]:.2g}" for loss in losses)
+            + "; "
+            + (f"{len(below)} below 0.05 ({', '.join(below)})." if below else "none below 0.05.")
+            + f" Uncorrected, {len(losses)} intervals would exclude 0 for at least one loss by chance "
+            f"alone with probability {100 * (1 - 0.95 ** len(losses)):.0f}%."
+        )
+        notes.append("")
+    spreads = []
+    for name in (*variants, against):
+        paths = [p for loss in FAMILIES for p in variant_paths(name, loss)]
+        sd, df = within_seed_sd(paths, mode)
+        spreads.append(f"`{name}` {100 * sd:.2f} ({df} df)")
+    mini_sd, mini_df = within_seed_sd(
+        [p for loss in FAMILIES for p in sorted(BASELINE.glob(f"{loss}.mini.seed*.json"))], mode
+    )
+    notes.append(
+        "Test repetitions' spread within a seed, in points: "
+        + ", ".join(spreads)
+        + f", committed `mini` rows {100 * mini_sd:.2f} ({mini_df} df). The intervals take the variance"
+        " of a seed mean from the `mini` rows; a variant whose repetitions spread much more than"
+        " `mini`'s would have wider intervals than shown."
+    )
+    return notes
 
 
 #: Long-patience fold surveys (``benchmarks/fold_convergence.py --jsonl``), one file per survey.

@@ -67,6 +67,37 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
     assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
 
 
+def test_the_check_states_holm_adjusted_tests_and_the_repetition_spread() -> None:
+    """Against a variant, the table also gives each change's test Holm-adjusted over the losses
+    (scipy's t on the pooled df, Holm by hand) and the within-seed spread its intervals assume."""
+    sens = _module()
+    lines = sens.table("separated", "sep", ["eval100"], against="patience5")
+    _, tau2, df = _pooled_by_hand(sens)
+    p_raw = {}
+    for loss in sens.FAMILIES:
+        a = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("eval100", loss)[0]), "separated"))
+        b = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("patience5", loss)[0]), "separated"))
+        p_raw[loss] = 2 * scipy.stats.t.sf(abs(a - b) / math.sqrt(2 * tau2), df)
+    order = sorted(p_raw, key=lambda k: p_raw[k])
+    adjusted, running = {}, 0.0
+    for i, loss in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * p_raw[loss]))
+        adjusted[loss] = running
+    (note,) = [line for line in lines if line.startswith("`eval100` against `patience5`")]
+    for loss in sens.FAMILIES:
+        assert f"{loss} {adjusted[loss]:.2g}" in note
+    assert "with probability 26%" in note  # 1 - 0.95^6
+    (spread,) = [line for line in lines if line.startswith("Test repetitions' spread")]
+    values = [
+        sens.rep_values(sens.load_record(p), "separated")
+        for loss in sens.FAMILIES
+        for p in sens.variant_paths("eval100", loss)
+    ]
+    ss = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in values)
+    dof = sum(len(v) - 1 for v in values)
+    assert f"`eval100` {100 * math.sqrt(ss / dof):.2f} ({dof} df)" in spread
+
+
 def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
