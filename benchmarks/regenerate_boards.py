@@ -23,7 +23,10 @@ by :func:`benchmark.records.settings_key`. Nothing is timed or trained to decide
 clones; ``--allow-dirty`` for trials), takes the machine's heavy-work lock around each run (one
 heavy job at a time; ``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where
 the board reads it. A run is ``dmlbench run`` itself, so an interrupted one resumes where it
-stopped on the next call. Commit each record as it lands (from the clone into main).
+stopped on the next call. Each run also rewrites the board's tables and plots in the clone from
+every record there, so as a record lands, copy ``results/<dataset>/mlrc/`` (records, tables,
+plots) from the clone into main, look at the plots, refresh the README excerpt
+(``python -m benchmark.report.readme``) and commit.
 """
 
 from __future__ import annotations
