@@ -10,7 +10,8 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 import pytest
-from test_report_tables import MLRC, make_record, write
+from record_factory import MLRC
+from test_report_tables import make_record, write
 
 from benchmark.config import Deviation
 from benchmark.engine.evaluation import interval_dict

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_report_tables import MLRC, _args, make_record, write
+from record_factory import MLRC
+from test_report_tables import _args, make_record, write
 
 from benchmark.cli import report_cmd
 from benchmark.errors import DmlbenchError

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import scipy.stats
-from test_report_tables import MLRC, make_record, write
+from record_factory import MLRC
+from test_report_tables import make_record, write
 
 from benchmark.cli import compare_cmd, report_cmd
 from benchmark.errors import DmlbenchError

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_factory import MLRC, SCHEMA, run_record, searched, spread
 
 from benchmark.cli import report_cmd
 from benchmark.errors import DmlbenchError, UnknownNameError
@@ -23,11 +24,6 @@ from benchmark.report.tables import (
     select_records,
     write_tables,
 )
-from benchmark.stats.intervals import t_interval
-
-MLRC = ["map_at_r", "precision_at_1", "r_precision"]
-MODES = ("separated", "concatenated")
-OFFSETS = (-0.01, 0.0, 0.01)  # per-rep spread: 95% half-width 2.48 points for 3 reps
 
 
 def make_record(
@@ -40,30 +36,19 @@ def make_record(
     metrics: list[str] | None = None,
     concat_gain: float = 0.05,
 ) -> dict[str, Any]:
-    """A record whose per-rep values are ``base[metric] + OFFSETS`` (+ ``concat_gain`` concatenated)."""
-    metrics = metrics or MLRC
-    per_rep = {
-        mode: {
-            m: [base[m] + (concat_gain if mode == "concatenated" else 0.0) + o for o in OFFSETS]
-            for m in metrics
-        }
-        for mode in MODES
-    }
-    summary = {mode: {m: vars(t_interval(per_rep[mode][m])) for m in metrics} for mode in MODES}
-    return {
-        "schema": "dmlbench.run/1",
-        "loss": loss,
-        "loss_display_name": display,
-        "budget": budget,
-        "seed": 0,
-        "created": created,
-        "config": {"model": {"embedding_dim": 128}, "protocol": {"n_folds": 4}},
-        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
-        "deviations": [{"key": "test.reps", "paper": 10, "value": 3}],
-        "search": {"n_trials": 4, "trials": [{"state": "COMPLETE"}] * 3 + [{"state": "FAIL"}]},
-        "test": {"reps": 3, "metrics": metrics, "per_rep": per_rep, "summary": summary},
-        "untrained": {mode: {m: 0.05 for m in metrics} for mode in MODES},
-    }
+    """A record whose per-rep values are ``base[metric] + record_factory.OFFSETS`` (+ ``concat_gain``
+    concatenated)."""
+    return run_record(
+        loss,
+        created,
+        per_rep=spread({m: base[m] for m in metrics or MLRC}, concat_gain),
+        display=display,
+        budget=budget,
+        schema=SCHEMA,
+        config={"model": {"embedding_dim": 128}, "protocol": {"n_folds": 4}},
+        deviations=[{"key": "test.reps", "paper": 10, "value": 3}],
+        search=searched(3, failed=1),
+    )
 
 
 def write(root: Path, records: list[dict[str, Any]], dataset: str = "glyphs") -> Path:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_tables import MLRC, make_record, write
+from record_factory import MLRC
+from test_report_tables import make_record, write
 
 from benchmark.cli.main import main
 from benchmark.report.compare import compare_budget
