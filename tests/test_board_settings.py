@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_factory import SCHEMA, run_record, searched, spread
 
 from benchmark.config import NEUTRAL_DEFAULTS
 from benchmark.errors import DmlbenchError
@@ -35,11 +36,9 @@ from benchmark.records import (
 from benchmark.report.compare import compare_leaderboard, settings_conflicts
 from benchmark.report.leaderboard import build_leaderboard, load_leaderboard, markdown_text
 from benchmark.report.tables import json_data, render_leaderboard
-from benchmark.stats.intervals import t_interval
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
-MODES = ("separated", "concatenated")
 METRICS = ["map_at_r", "precision_at_1"]
 OLD_SHA, NEW_SHA = "a" * 64, "b" * 64
 
@@ -57,15 +56,14 @@ def make_record(
     weights: str = "builtin:smallcnn-symbols",
 ) -> dict[str, Any]:
     """An MLRC record of budget ``mini`` whose per-rep values are ``base`` ± 0.01 (3 reps)."""
-    per_rep = {mode: {m: [base - 0.01, base, base + 0.01] for m in METRICS} for mode in MODES}
-    return {
-        "schema": "dmlbench.run/1",
-        "kind": "mlrc",
-        "loss": loss,
-        "budget": "mini",
-        "seed": seed,
-        "created": created,
-        "config": {
+    return run_record(
+        loss,
+        created,
+        per_rep=spread(dict.fromkeys(METRICS, base)),
+        seed=seed,
+        schema=SCHEMA,
+        kind="mlrc",
+        config={
             "protocol": {"name": "mlrc", "n_folds": 4},
             "data": {"dataset": "glyphs", "data_dir": data_dir, "image_size": 28},
             "model": {
@@ -79,18 +77,10 @@ def make_record(
             "loss": loss_params or {},
             "space": {},
         },
-        "trunk_weights": {"file": weights, "sha256": sha, "provenance": None},
-        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
-        "deviations": [{"key": "train.patience", "paper": 5, "value": patience}] if patience != 5 else [],
-        "search": {"n_trials": 2, "trials": [{"state": "COMPLETE"}] * 2},
-        "test": {
-            "reps": 3,
-            "metrics": METRICS,
-            "per_rep": per_rep,
-            "summary": {mode: {m: vars(t_interval(per_rep[mode][m])) for m in METRICS} for mode in MODES},
-        },
-        "untrained": {mode: {m: 0.05 for m in METRICS} for mode in MODES},
-    }
+        trunk_weights={"file": weights, "sha256": sha, "provenance": None},
+        deviations=[{"key": "train.patience", "paper": 5, "value": patience}] if patience != 5 else [],
+        search=searched(2),
+    )
 
 
 def split_records() -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
+from record_factory import MLRC, run_record, spread
 
 from benchmark.cli import report_cmd
 from benchmark.report import figure_files
@@ -26,10 +27,7 @@ from benchmark.report.plots import (
     training_wall_s,
     write_plots,
 )
-from benchmark.stats.intervals import t_interval
 
-MLRC = ["map_at_r", "precision_at_1", "r_precision"]
-MODES = ("separated", "concatenated")
 SPACE = {"margin": {"low": 0.0, "high": 1.0, "log": False}, "lr": {"low": 1e-6, "high": 1.0, "log": True}}
 KINDS = ("metrics", "history", "val_curves", "wall_time", "importance")
 
@@ -55,32 +53,18 @@ def trial(
 
 
 def make_record(loss: str, trials: list[dict[str, Any]], sep_map: float, created: str) -> dict[str, Any]:
-    per_rep = {mode: {m: [sep_map + d + (0.1 if mode == "concatenated" else 0) for d in (-0.01, 0, 0.01)]
-                      for m in MLRC} for mode in MODES}  # fmt: skip
-    complete = [t for t in trials if t["state"] == "COMPLETE"]
-    best = max(complete, key=lambda t: t["value"])
-    return {
-        "loss": loss,
-        "loss_display_name": loss.title(),
-        "budget": "mini",
-        "seed": 0,
-        "created": created,
-        "config": {"model": {"embedding_dim": 16}, "protocol": {"n_folds": 4}},
-        "search": {"n_trials": len(trials), "space": SPACE, "best_trial": best["number"], "trials": trials},
-        "test": {
-            "reps": 3,
-            "metrics": MLRC,
-            "per_rep": per_rep,
-            "summary": {mode: {m: vars(t_interval(per_rep[mode][m])) for m in MLRC} for mode in MODES},
-        },
-        "untrained": {mode: {m: 0.05 for m in MLRC} for mode in MODES},
-        "timings_s": {
-            "data": 1.0,
-            "search": 300.0 if loss == "mfcont" else 150.0,
-            "test": 60.0,
-            "total": 362.0,
-        },
-    }
+    """A record of ``trials`` whose per-rep values are ``sep_map`` ± 0.01, 0.1 higher concatenated."""
+    best = max((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["value"])
+    return run_record(
+        loss,
+        created,
+        per_rep=spread(dict.fromkeys(MLRC, sep_map), concat_gain=0.1),
+        display=loss.title(),
+        config={"model": {"embedding_dim": 16}, "protocol": {"n_folds": 4}},
+        commit=None,
+        search={"n_trials": len(trials), "space": SPACE, "best_trial": best["number"], "trials": trials},
+        timings_s={"data": 1.0, "search": 300.0 if loss == "mfcont" else 150.0, "test": 60.0, "total": 362.0},
+    )
 
 
 @pytest.fixture(scope="module")
