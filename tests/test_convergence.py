@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from record_factory import run_record
 
 import benchmark.engine.train as train_module
 from benchmark.analysis.convergence import convergence_summary, derive_stop, stage_fold_stats
@@ -179,15 +180,16 @@ def mlrc_record(
 
     reps = [{"rep": r, "folds": [fold_for(x) for x in reasons[4 * r : 4 * r + 4]]} for r in range(4)]
     summary = {"map_at_r": {"mean": 0.3, "half_width": 0.01}}
-    return {
-        "loss": loss,
-        "loss_display_name": display,
-        "budget": budget,
-        "seed": 0,
-        "created": loss,
-        "config": {"protocol": {"n_folds": 4}, "train": {"max_epochs": 3, "eval_every": 1, "patience": 2}},
-        "environment": {"git": {"commit": "0123456789abcdef", "dirty": False}},
-        "search": {
+    return run_record(
+        loss,
+        created=loss,
+        summary={"separated": summary, "concatenated": summary},
+        reps=4,
+        rep_details=reps,
+        display=display,
+        budget=budget,
+        config={"protocol": {"n_folds": 4}, "train": {"max_epochs": 3, "eval_every": 1, "patience": 2}},
+        search={
             "n_trials": 3,
             "trials": [
                 {"state": "COMPLETE", "folds": [fold_for("patience")] * 4},
@@ -201,14 +203,7 @@ def mlrc_record(
                 },
             ],
         },
-        "test": {
-            "reps": 4,
-            "metrics": METRICS,
-            "summary": {"separated": summary, "concatenated": summary},
-            "rep_details": reps,
-        },
-        "untrained": {mode: {"map_at_r": 0.05} for mode in ("separated", "concatenated")},
-    }
+    )
 
 
 def test_record_shares_per_stage() -> None:

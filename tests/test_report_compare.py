@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import scipy.stats
+from record_factory import MODES, run_record
 
 from benchmark.cli import compare_cmd
 from benchmark.errors import DmlbenchError
 from benchmark.report.compare import compare_budget, compare_tables, compare_values, render
 from benchmark.stats.intervals import holm
 
-MODES = ("separated", "concatenated")
 # Hand-made per-rep MAP@R values (separated; concatenated = +0.1).
 STRONG = [0.30, 0.31, 0.32, 0.31, 0.30]  # clearly above BASE
 BASE = [0.20, 0.21, 0.19, 0.20, 0.22]
@@ -26,14 +26,22 @@ WEAK = [0.10, 0.11, 0.09, 0.12, 0.10]  # clearly below BASE
 
 
 def make_record(loss: str, sep: list[float], created: str = "1", budget: str = "mini") -> dict[str, Any]:
+    """A bare record: per-rep MAP@R values ``sep`` (concatenated 0.1 higher), and no summary, seed,
+    environment or untrained values."""
     per_rep = {"separated": {"map_at_r": sep}, "concatenated": {"map_at_r": [v + 0.1 for v in sep]}}
-    return {
-        "loss": loss,
-        "loss_display_name": loss.upper(),
-        "budget": budget,
-        "created": created,
-        "test": {"reps": len(sep), "metrics": ["map_at_r"], "per_rep": per_rep},
-    }
+    rec = run_record(
+        loss,
+        created,
+        per_rep=per_rep,
+        reps=len(sep),
+        display=loss.upper(),
+        budget=budget,
+        seed=None,
+        commit=None,
+        untrained=None,
+    )
+    del rec["test"]["summary"]
+    return rec
 
 
 def records(budget: str = "mini") -> list[dict[str, Any]]:

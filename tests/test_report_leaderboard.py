@@ -8,33 +8,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmark.report.leaderboard import format_cell, render_csv, write_leaderboard
+from record_factory import MLRC, run_record, searched
 
-METRICS = ["map_at_r", "precision_at_1", "r_precision"]
+from benchmark.report.leaderboard import format_cell, render_csv, write_leaderboard
 
 
 def record(loss: str, display: str, sep_map: float, created: str, budget: str = "mini") -> dict[str, Any]:
-    def summary(v: float) -> dict[str, dict[str, float]]:
-        return {
-            m: {"mean": v, "half_width": 0.01, "n": 3, "low": v - 0.01, "high": v + 0.01} for m in METRICS
-        }
+    """A record of summaries only: every metric ``sep_map`` ± 0.01 separated, 0.05 higher concatenated."""
 
-    return {
-        "loss": loss,
-        "loss_display_name": display,
-        "budget": budget,
-        "seed": 0,
-        "created": created,
-        "environment": {"git": {"commit": "abcdef1234567", "dirty": False}},
-        "deviations": [{"key": "test.reps", "paper": 10, "value": 3}],
-        "search": {"n_trials": 8, "trials": [{"state": "COMPLETE"}] * 8},
-        "test": {
-            "reps": 3,
-            "metrics": METRICS,
-            "summary": {"separated": summary(sep_map), "concatenated": summary(sep_map + 0.05)},
-        },
-        "untrained": {mode: {m: 0.05 for m in METRICS} for mode in ("separated", "concatenated")},
-    }
+    def summary(v: float) -> dict[str, dict[str, float]]:
+        return {m: {"mean": v, "half_width": 0.01, "n": 3, "low": v - 0.01, "high": v + 0.01} for m in MLRC}
+
+    return run_record(
+        loss,
+        created,
+        summary={"separated": summary(sep_map), "concatenated": summary(sep_map + 0.05)},
+        display=display,
+        budget=budget,
+        commit="abcdef1234567",
+        deviations=[{"key": "test.reps", "paper": 10, "value": 3}],
+        search=searched(8),
+    )
 
 
 def write(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
@@ -89,7 +83,7 @@ def test_latest_record_per_loss_wins_and_budgets_are_separate(tmp_path: Path) ->
 
 
 def test_csv_header() -> None:
-    text = render_csv({"mini": [record("ms", "MS", 0.2, "x")]}, METRICS)
+    text = render_csv({"mini": [record("ms", "MS", 0.2, "x")]}, MLRC)
     header = text.splitlines()[0].split(",")
     assert header[:7] == ["budget", "loss", "name", "seeds", "reps_per_seed", "interval_covers", "commit"]
     assert "concatenated_r_precision_half_width" in header and "concatenated_r_precision_group" in header
