@@ -218,7 +218,7 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
     p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
     for loss, family in FAMILIES.items():
         if loss not in base:
-            lines.append(f"| {loss} | {family} | not run |" + " |" * len(variants))
+            lines.append(f"| {loss} | {family} | not run |" + " – |" * len(variants))
             continue
         cells = [loss, family, f"{100 * base[loss].mean:.2f} ({base[loss].n_seeds})"]
         for v in variants:
@@ -272,13 +272,14 @@ def check_notes(
             continue
         adjusted = dict(zip(losses, holm([p_values[v][loss] for loss in losses]), strict=True))
         below = [loss for loss in losses if adjusted[loss] < 0.05]
+        plural = "" if len(losses) == 1 else "s"
         notes.append(
             f"`{v}` against `{against}`, the test of each change (p, Holm-adjusted over the {len(losses)} "
-            "losses): "
+            f"loss{'e' if plural else ''}{plural}): "
             + ", ".join(f"{loss} {adjusted[loss]:.2g}" for loss in losses)
             + "; "
             + (f"{len(below)} below 0.05 ({', '.join(below)})." if below else "none below 0.05.")
-            + f" Uncorrected, {len(losses)} intervals would exclude 0 for at least one loss by chance "
+            + f" Uncorrected, {len(losses)} interval{plural} would exclude 0 for at least one loss by chance "
             f"alone with probability {100 * (1 - 0.95 ** len(losses)):.0f}%."
         )
         notes.append("")
