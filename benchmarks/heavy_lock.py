@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,3 +32,13 @@ def heavy_lock(path: Path | None = None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_heavy(label: str, cmd: Sequence[str], cwd: Path) -> int:
+    """Run ``cmd`` in ``cwd`` under the heavy-work lock; print ``label: <command>`` before it and
+    ``label: exit <code>`` after it; return its exit code."""
+    with heavy_lock():
+        print(f"{label}: {' '.join(cmd[1:])}", flush=True)
+        code = subprocess.call(list(cmd), cwd=cwd)
+    print(f"{label}: exit {code}", flush=True)
+    return code

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from heavy_lock import heavy_lock  # noqa: E402
+from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
@@ -190,11 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             break
         if is_current(entry, args.data_dirs, args.results):
             continue
-        cmd = run_command(entry, args.data_dirs, args.results)
-        with heavy_lock():
-            print(f"{entry.dataset} {entry.loss} seed {entry.seed}: {' '.join(cmd[1:])}", flush=True)
-            code = subprocess.call(cmd, cwd=REPO)
-        print(f"{entry.dataset} {entry.loss} seed {entry.seed}: exit {code}", flush=True)
+        label = f"{entry.dataset} {entry.loss} seed {entry.seed}"
+        code = run_heavy(label, run_command(entry, args.data_dirs, args.results), REPO)
         if code != 0:
             return code
         print(f"landed: {entry.path(args.results)} (commit it)", flush=True)

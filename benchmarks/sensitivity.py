@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from heavy_lock import heavy_lock  # noqa: E402
+from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.records import RunRecord, load_record  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
@@ -127,11 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if record_path(variant, loss, args.seed).exists():
                 print(f"{variant} {loss}: record exists, skipped", flush=True)
                 continue
-            cmd = run_command(variant, loss, args.data_dir, args.seed)
-            with heavy_lock():
-                print(f"{variant} {loss}: {' '.join(cmd[1:])}", flush=True)
-                code = subprocess.call(cmd, cwd=REPO)
-            print(f"{variant} {loss}: exit {code}", flush=True)
+            code = run_heavy(f"{variant} {loss}", run_command(variant, loss, args.data_dir, args.seed), REPO)
             if code != 0:
                 return code
     return 0
