@@ -77,3 +77,26 @@ def test_run_command_is_dmlbench_run_into_the_boards_results(tmp_path: Path) -> 
     text = " ".join(cmd)
     assert "--loss ms --dataset omniglot --budget mini --seed 2 --data-dir /data/omniglot" in text
     assert f"--results-dir {tmp_path}" in text
+
+
+def test_run_reruns_each_stale_record_under_the_lock_and_stops_at_a_failure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
+    monkeypatch.setattr(rb, "dirty_files", list)
+    monkeypatch.setattr(rb, "is_current", lambda entry, dirs, results: entry.loss == "ms")
+    codes = iter([0, 3])
+    ran: list[list[str]] = []
+
+    def call(cmd: list[str], cwd: Path) -> int:
+        ran.append(cmd)
+        return next(codes)
+
+    monkeypatch.setattr(rb.subprocess, "call", call)
+    args = ["run", "--datasets", "glyphs", "--losses", "ms,mfcont,contrastive", "--results", str(tmp_path)]
+    assert rb.main(args) == 3  # the second stale record's run failed: nothing after it runs
+    assert [cmd[cmd.index("--loss") + 1] for cmd in ran] == ["mfcont", "contrastive"]
+    out = capsys.readouterr().out
+    assert f"landed: {tmp_path}/glyphs/mlrc/records/mfcont.mini.seed0.json" in out
+    assert "glyphs contrastive seed 0: exit 3" in out
+    assert (tmp_path / "heavy.lock").exists()
