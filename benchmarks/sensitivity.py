@@ -64,7 +64,12 @@ from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.records import RunRecord, load_record  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
-from benchmark.stats.seeds import Estimate, difference, pooled_seed_variance  # noqa: E402
+from benchmark.stats.seeds import (  # noqa: E402
+    Estimate,
+    difference,
+    pooled_seed_variance,
+    pooled_within_variance,
+)
 
 #: Variant name -> the ``--set`` overrides it applies to ``mini``.
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -246,12 +251,8 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
 
 def within_seed_sd(paths: Sequence[Path], mode: str) -> tuple[float, int]:
     """The test repetitions' standard deviation within a seed, pooled over ``paths`` (and its df)."""
-    ss, df = 0.0, 0
-    for values in load_groups(paths, mode):
-        mean = sum(values) / len(values)
-        ss += sum((x - mean) ** 2 for x in values)
-        df += len(values) - 1
-    return (math.sqrt(ss / df) if df else math.nan), df
+    var, df = pooled_within_variance(load_groups(paths, mode))
+    return math.sqrt(var), df
 
 
 def check_notes(

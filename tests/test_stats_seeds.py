@@ -17,6 +17,7 @@ from benchmark.stats.seeds import (
     SCOPE_TRAINING,
     difference,
     pooled_seed_variance,
+    pooled_within_variance,
     row_estimates,
     training_estimate,
 )
@@ -190,3 +191,17 @@ def test_combined_se_is_quadrature_with_welch_df() -> None:
     assert df == pytest.approx(0.5**4 / (0.3**4 / 3 + 0.4**4 / 9))
     assert combined(0.0, 3, 0.0, 9) == (0.0, math.inf)
     assert se_from_half_width(scipy.stats.t.ppf(0.975, 9) * 0.2, 10) == pytest.approx(0.2)
+
+
+def test_pooled_within_variance_is_the_one_way_anova_error_mean_square() -> None:
+    groups = [[0.1, 0.3, 0.2], [0.5, 0.9], [0.7]]  # the singleton carries no within-seed spread
+    var, df = pooled_within_variance(groups)
+    by_hand = (0.02 + 0.08) / 3  # (0.01 + 0.01 + 0) + 0.08, over (2 + 1) df
+    assert df == 3 and var == pytest.approx(by_hand)
+    # scipy's one-way ANOVA: F = MS_between / MS_within, so MS_within = MS_between / F.
+    two = groups[:2]
+    f, _ = scipy.stats.f_oneway(*two)
+    grand = np.mean([x for g in two for x in g])
+    ms_between = sum(len(g) * (np.mean(g) - grand) ** 2 for g in two) / (len(two) - 1)
+    assert pooled_within_variance(two)[0] == pytest.approx(ms_between / f)
+    assert math.isnan(pooled_within_variance([[0.4]])[0])

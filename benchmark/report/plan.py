@@ -25,7 +25,7 @@ import numpy as np
 from benchmark.records import replicates_per_loss
 from benchmark.report.leaderboard import RecordLike
 from benchmark.stats.power import difference_df, difference_se, power
-from benchmark.stats.seeds import pooled_seed_variance, seed_means
+from benchmark.stats.seeds import pooled_seed_variance, pooled_within_variance, seed_means
 
 SEEDS = (1, 2, 3, 4, 5, 6, 8, 10)
 REPS = (4, 10, 20)
@@ -64,12 +64,11 @@ def components(records: Sequence[RecordLike], mode: str, metric: str) -> Compone
         if groups:
             rows[loss] = groups
     groups_all = [g for groups in rows.values() for g in groups]
-    ss_e = sum(float(((x - x.mean()) ** 2).sum()) for x in map(np.asarray, groups_all))
-    df_e = sum(len(g) - 1 for g in groups_all)
+    sigma_e2, df_e = pooled_within_variance(groups_all)
     tau2, df_t = pooled_seed_variance(list(rows.values()))
     seed_sd = {loss: float(np.std(seed_means(g), ddof=1)) for loss, g in rows.items() if len(g) >= 2}
     r_typical = int(np.median([len(g) for g in groups_all])) if groups_all else 0
-    return Components(ss_e / df_e if df_e else math.nan, df_e, tau2, df_t, r_typical, seed_sd)
+    return Components(sigma_e2, df_e, tau2, df_t, r_typical, seed_sd)
 
 
 @dataclass(frozen=True)

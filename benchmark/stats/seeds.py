@@ -92,6 +92,19 @@ def seed_means(groups: Sequence[Sequence[float]]) -> list[float]:
     return [float(np.mean(_clean(g))) for g in groups if len(g)]
 
 
+def pooled_within_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """sigma_e^2 pooled over ``groups`` (each one seed's repetitions): the sum of squared
+    deviations from each group's mean over sum(R - 1), and that denominator (NaN and 0 without a
+    group of 2 values)."""
+    ss, df = 0.0, 0
+    for g in groups:
+        x = _clean(g)
+        if x.size >= 2:
+            ss += float(((x - x.mean()) ** 2).sum())
+            df += int(x.size - 1)
+    return (ss / df if df else math.nan), df
+
+
 def pooled_seed_variance(rows: Sequence[Sequence[Sequence[float]]]) -> tuple[float, int]:
     """tau^2 pooled over the rows with >= 2 seeds: (sum of squared deviations of seed means from
     their row's mean) / sum(S_l - 1), and that denominator (0 and NaN when no row has 2 seeds)."""
