@@ -104,6 +104,36 @@ def test_profile_fold_prints_the_shares_and_the_flop_rate(cache_dir: Path) -> No
 
 
 @pytest.mark.slow
+def test_oversubscription_prints_both_depths_their_ratio_and_equal_scores(cache_dir: Path) -> None:
+    out = run_script(
+        "oversubscription.py",
+        ["--dataset", "glyphs", "--budget", "smoke", "--epochs", "1", "--repeats", "2"],
+        cache_dir,
+    )
+    assert re.search(r"torch CPU capability \S+", out)
+    for depth in (2, 0):
+        assert re.search(rf"^\| {depth} \| [0-9.]+ \([0-9.]+-[0-9.]+\) \| [0-9.]+ \|$", out, re.M), depth
+    assert re.search(
+        r"^ratio depth 2 / depth 0, per repeat: median [0-9.]+ \(min [0-9.]+, max [0-9.]+\)$", out, re.M
+    )
+    # The two depths train on bit-identical batches, so the script checks the folds came out equal.
+    assert "same validation scores at both depths: yes" in out
+
+
+def test_oversubscription_refuses_to_let_a_set_override_the_fixed_epochs(cache_dir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "oversubscription.py"), "--set", "train.patience=3"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "DMLBENCH_CACHE": str(cache_dir), "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    assert "--set train.patience=3" in proc.stderr and "--epochs" in proc.stderr
+
+
+@pytest.mark.slow
 def test_eval_scaling_prints_the_table_the_fits_and_sop(cache_dir: Path) -> None:
     out = run_script(
         "eval_scaling.py",
