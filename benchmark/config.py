@@ -582,6 +582,12 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
 }
 
 
+def is_neutral(key: str, value: Any) -> bool:
+    """Whether the dotted setting ``key`` is one of :data:`NEUTRAL_DEFAULTS` and holds its neutral
+    value: a run record or regression identity that lacks the key computed the same thing."""
+    return key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]
+
+
 @dataclass(frozen=True)
 class Deviation:
     """One setting that differs from the protocol's paper value."""

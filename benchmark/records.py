@@ -70,7 +70,7 @@ from typing import (
     is_typeddict,
 )
 
-from benchmark.config import NEUTRAL_DEFAULTS, Deviation, flatten
+from benchmark.config import Deviation, flatten, is_neutral
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.moved_keys import current_layout
 from benchmark.registry import PluginSource, PluginSourceDoc, Registry
@@ -808,12 +808,10 @@ def settings_of(config_doc: Mapping[str, Any], trunk_weights: Mapping[str, Any] 
     config.pop("space", None)
     flat = flatten(config)
     flat.pop("protocol.description", None)
-    for key, neutral in NEUTRAL_DEFAULTS.items():
-        # A key added after a record was written, at the value that reproduces what runs did
-        # before it existed, is no setting of its own: a record that lacks it and a new one that
-        # holds it computed the same thing (the rule regress identities follow too).
-        if key in flat and flat[key] == neutral:
-            del flat[key]
+    # A key added after a record was written, at the value that reproduces what runs did before it
+    # existed, is no setting of its own: a record that lacks it and a new one that holds it
+    # computed the same thing (the rule regress identities follow too).
+    flat = {key: value for key, value in flat.items() if not is_neutral(key, value)}
     weights = flat.get("model.trunk_weights")
     # benchmark.models.pretrained.is_builtin's rule (this reader imports no writer's code).
     if isinstance(weights, str) and weights and not weights.startswith("builtin:"):

@@ -181,3 +181,14 @@ def test_exact_knn_is_the_default_and_an_approximate_one_is_a_deviation() -> Non
     resolved, paper = resolve_config(PAPER, {}, {"eval.knn": "ivf", "eval.ivf_nprobe": 8})
     found = {d.key: (d.value, d.paper) for d in deviations(resolved, paper)}
     assert found == {"eval.knn": ("ivf", "exact"), "eval.ivf_nprobe": (8, 16)}
+
+
+def test_is_neutral_holds_only_for_a_neutral_default_at_its_neutral_value() -> None:
+    from benchmark.config import NEUTRAL_DEFAULTS, is_neutral
+
+    for key, neutral in NEUTRAL_DEFAULTS.items():
+        assert is_neutral(key, neutral), key
+    assert not is_neutral("search.log_wide_ranges", True)
+    assert not is_neutral("eval.knn", "ivf")
+    # A setting outside the table is never neutral, whatever its value (train.lr existed from the start).
+    assert not is_neutral("train.lr", 1e-4)

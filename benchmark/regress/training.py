@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from benchmark.budgets import BUDGETS
-from benchmark.config import NEUTRAL_DEFAULTS, RunConfig, config_to_dict, load_protocol_file
+from benchmark.config import NEUTRAL_DEFAULTS, RunConfig, config_to_dict, is_neutral, load_protocol_file
 from benchmark.data.base import ImageDataset
 from benchmark.data.splits import mlrc_split
 from benchmark.engine.parallel import FoldData
@@ -50,9 +50,9 @@ class PreparedCase:
         config["data"].pop("data_dir", None)
         # Settings this protocol never reads are not in its config (they are other protocols'
         # [settings]), so another protocol gaining a setting leaves baselines valid.
-        for key, neutral in NEUTRAL_DEFAULTS.items():
+        for key in NEUTRAL_DEFAULTS:
             section, name = key.split(".")
-            if config[section].get(name) == neutral:
+            if name in config[section] and is_neutral(key, config[section][name]):
                 config[section].pop(name)
                 if not config[section]:  # a section added whole (eval) at its neutral values
                     config.pop(section)
