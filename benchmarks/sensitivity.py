@@ -31,10 +31,15 @@ the heavy-work lock so nothing else heavy shares the cores)::
     python benchmarks/sensitivity.py run [--variants patience5,trials25] [--losses contrastive,...]
     python benchmarks/sensitivity.py table [--out docs/sensitivity.md]
     python benchmarks/sensitivity.py table --variants calib2x --against calib
+    python benchmarks/sensitivity.py run --dataset glyphs --variants calib,calib2x --losses margin
+    python benchmarks/sensitivity.py table --dataset glyphs --variants calib2x --against calib
 
 ``run`` writes each variant's records under ``results/sensitivity/<variant>/`` (search seed 0
 only: a variant costs 1-3x a ``mini`` run). ``table`` compares them with the committed ``mini``
-rows ``results/omniglot/mlrc/records/<loss>.mini.seed*.json``.
+rows ``results/omniglot/mlrc/records/<loss>.mini.seed*.json``. ``--dataset glyphs`` does the same
+on the embedded dataset (the calibration check there: its long-patience survey showed the
+candidate's stop cutting every fold of contrastive and margin); tau^2 then still comes from the
+omniglot rows, the only ones with several seeds, and the table says so.
 
 **Statistics.** The committed ``mini`` row of a loss is the mean of its search seeds' means; a
 variant has one search seed. The variance of a seed mean (tau^2: the search plus test-repetition
@@ -104,34 +109,48 @@ FAMILIES: dict[str, str] = {
     "arcface": "class/proxy",
     "proxyanchor": "class/proxy",
 }
-DATASET = "omniglot"
-BASELINE = REPO / "results" / DATASET / "mlrc" / "records"
+#: The study's dataset (the issue's); ``--dataset glyphs`` reruns the calibration check on the
+#: embedded dataset, whose long-patience survey showed the candidate's stop cutting pair-based folds.
+DATASETS = ("omniglot", "glyphs")
+#: Where the seed-mean variance tau^2 is pooled: the only board with multi-seed ``mini`` rows of
+#: the six losses. A glyphs table borrows it (and says so); its own rows have one seed each.
+TAU_DATASET = "omniglot"
 OUT_ROOT = REPO / "results" / "sensitivity"
 MODES = (("separated", "separated (128-d)"), ("concatenated", "concatenated (512-d)"))
 METRIC = "map_at_r"
 
 
-def run_command(variant: str, loss: str, data_dir: Path, seed: int) -> list[str]:
-    """The ``dmlbench run`` command of one variant run."""
+def baseline_dir(dataset: str) -> Path:
+    """The committed ``mini`` records of ``dataset``."""
+    return REPO / "results" / dataset / "mlrc" / "records"
+
+
+def run_command(variant: str, loss: str, dataset: str, data_dir: Path, seed: int) -> list[str]:
+    """The ``dmlbench run`` command of one variant run (glyphs is embedded: no data folder)."""
     cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--protocol", "mlrc", "--loss", loss]
-    cmd += ["--dataset", DATASET, "--data-dir", str(data_dir), "--budget", "mini", "--seed", str(seed)]
+    cmd += ["--dataset", dataset]
+    if dataset != "glyphs":
+        cmd += ["--data-dir", str(data_dir)]
+    cmd += ["--budget", "mini", "--seed", str(seed)]
     for override in VARIANTS[variant]:
         cmd += ["--set", override]
     cmd += ["--results-dir", str(OUT_ROOT / variant), "--out", str(REPO / "runs" / "sensitivity" / variant)]
     return [*cmd, "--quiet"]
 
 
-def record_path(variant: str, loss: str, seed: int) -> Path:
-    return OUT_ROOT / variant / DATASET / "mlrc" / "records" / f"{loss}.mini.seed{seed}.json"
+def record_path(variant: str, dataset: str, loss: str, seed: int) -> Path:
+    return OUT_ROOT / variant / dataset / "mlrc" / "records" / f"{loss}.mini.seed{seed}.json"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     for variant in args.variants:
         for loss in args.losses:
-            if record_path(variant, loss, args.seed).exists():
-                print(f"{variant} {loss}: record exists, skipped", flush=True)
+            label = f"{variant} {loss}" + ("" if args.dataset == "omniglot" else f" ({args.dataset})")
+            if record_path(variant, args.dataset, loss, args.seed).exists():
+                print(f"{label}: record exists, skipped", flush=True)
                 continue
-            code = run_heavy(f"{variant} {loss}", run_command(variant, loss, args.data_dir, args.seed), REPO)
+            cmd = run_command(variant, loss, args.dataset, args.data_dir, args.seed)
+            code = run_heavy(label, cmd, REPO)
             if code != 0:
                 return code
     return 0
@@ -186,30 +205,41 @@ def gap(estimates: dict[str, Estimate]) -> Estimate:
     return Estimate(mean, var, any_e.df, 0, 0, any_e.scope, pooled=True)
 
 
-def variant_paths(variant: str, loss: str) -> list[Path]:
-    """A variant's committed records of ``loss`` (one per search seed run)."""
-    return sorted((OUT_ROOT / variant / DATASET / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
+def variant_paths(variant: str, dataset: str, loss: str) -> list[Path]:
+    """A variant's committed records of ``loss`` on ``dataset`` (one per search seed run)."""
+    return sorted((OUT_ROOT / variant / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
 
 
-def table(mode: str, label: str, variants: Sequence[str], against: str | None = None) -> list[str]:
-    """The Markdown section of one evaluation mode: each variant against the committed ``mini``
-    rows, or against the variant ``against`` (the calibration check: a calibrated setting against
-    its doubled patience and trials). tau^2 is pooled over the committed ``mini`` rows either way."""
-    baseline_paths = {loss: sorted(BASELINE.glob(f"{loss}.mini.seed*.json")) for loss in FAMILIES}
-    base_groups = {loss: load_groups(paths, mode) for loss, paths in baseline_paths.items()}
-    tau2, df = pooled_seed_variance(list(base_groups.values()))
-    base = {loss: seed_estimate(g, tau2, df) for loss, g in base_groups.items()}
+def table(
+    mode: str, label: str, variants: Sequence[str], against: str | None = None, dataset: str = "omniglot"
+) -> list[str]:
+    """The Markdown section of one evaluation mode on ``dataset``: each variant against the
+    committed ``mini`` rows, or against the variant ``against`` (the calibration check: a
+    calibrated setting against its doubled patience and trials). tau^2 is pooled over the committed
+    :data:`TAU_DATASET` ``mini`` rows either way."""
+    tau_groups = [
+        load_groups(sorted(baseline_dir(TAU_DATASET).glob(f"{loss}.mini.seed*.json")), mode)
+        for loss in FAMILIES
+    ]
+    tau2, df = pooled_seed_variance(tau_groups)
+    base = {
+        loss: seed_estimate(load_groups(paths, mode), tau2, df)
+        for loss in FAMILIES
+        if (paths := sorted(baseline_dir(dataset).glob(f"{loss}.mini.seed*.json")))
+    }
     reference = "mini (seeds)"
     if against is not None:
         reference = f"{against} (seeds)"
         base = {
-            loss: seed_estimate(load_groups(variant_paths(against, loss), mode), tau2, df)
+            loss: seed_estimate(load_groups(variant_paths(against, dataset, loss), mode), tau2, df)
             for loss in FAMILIES
-            if variant_paths(against, loss)
+            if variant_paths(against, dataset, loss)
         }
     lines = [f"### {label}", ""]
+    borrowed = "" if dataset == TAU_DATASET else f", borrowed from the {TAU_DATASET} rows"
     lines.append(
-        f"Pooled seed-mean variance: tau = {100 * math.sqrt(tau2):.2f} points on {df} degrees of freedom."
+        f"Pooled seed-mean variance: tau = {100 * math.sqrt(tau2):.2f} points on {df} degrees of freedom"
+        f"{borrowed}."
     )
     lines.append("")
     head = f"| loss | family | {reference} | " + " | ".join(f"{v}: change" for v in variants) + " |"
@@ -222,7 +252,7 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
             continue
         cells = [loss, family, f"{100 * base[loss].mean:.2f} ({base[loss].n_seeds})"]
         for v in variants:
-            paths = variant_paths(v, loss)
+            paths = variant_paths(v, dataset, loss)
             if not paths:
                 cells.append("not run")
                 continue
@@ -233,7 +263,7 @@ def table(mode: str, label: str, variants: Sequence[str], against: str | None = 
             lo, hi = d.interval()
             cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)"))
         lines.append("| " + " | ".join(cells) + " |")
-    notes = [] if against is None else ["", *check_notes(mode, variants, against, p_values)]
+    notes = [] if against is None else ["", *check_notes(mode, variants, against, p_values, dataset)]
     if set(base) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
     base_gap = gap(base)
@@ -256,7 +286,7 @@ def within_seed_sd(paths: Sequence[Path], mode: str) -> tuple[float, int]:
 
 
 def check_notes(
-    mode: str, variants: Sequence[str], against: str, p_values: dict[str, dict[str, float]]
+    mode: str, variants: Sequence[str], against: str, p_values: dict[str, dict[str, float]], dataset: str
 ) -> list[str]:
     """What the calibration check's table rests on: the tests behind its intervals, Holm-corrected
     over the losses of the column, and whether the variants' repetition spread is ``mini``'s (the
@@ -281,18 +311,18 @@ def check_notes(
         notes.append("")
     spreads = []
     for name in (*variants, against):
-        paths = [p for loss in FAMILIES for p in variant_paths(name, loss)]
+        paths = [p for loss in FAMILIES for p in variant_paths(name, dataset, loss)]
         sd, df = within_seed_sd(paths, mode)
         spreads.append(f"`{name}` {100 * sd:.2f} ({df} df)")
     mini_sd, mini_df = within_seed_sd(
-        [p for loss in FAMILIES for p in sorted(BASELINE.glob(f"{loss}.mini.seed*.json"))], mode
+        [p for loss in FAMILIES for p in sorted(baseline_dir(dataset).glob(f"{loss}.mini.seed*.json"))], mode
     )
     notes.append(
         "Test repetitions' spread within a seed, in points: "
         + ", ".join(spreads)
-        + f", committed `mini` rows {100 * mini_sd:.2f} ({mini_df} df). The intervals take the variance"
-        " of a seed mean from the `mini` rows; a variant whose repetitions spread much more than"
-        " `mini`'s would have wider intervals than shown."
+        + f", committed {dataset} `mini` rows {100 * mini_sd:.2f} ({mini_df} df). The intervals take"
+        f" the variance of a seed mean from the {TAU_DATASET} `mini` rows; a variant whose repetitions"
+        " spread much more than `mini`'s would have wider intervals than shown."
     )
     return notes
 
@@ -338,8 +368,10 @@ def cmd_table(args: argparse.Namespace) -> int:
     lines = [
         "# Sensitivity of the `mini` board to its own settings",
         "",
-        f"Generated by `python benchmarks/sensitivity.py table --variants {','.join(args.variants)}`;",
-        "do not edit by hand. Dataset omniglot, protocol mlrc, budget `mini` with one setting",
+        f"Generated by `python benchmarks/sensitivity.py table --variants {','.join(args.variants)}"
+        + ("" if args.dataset == "omniglot" else f" --dataset {args.dataset}")
+        + "`;",
+        f"do not edit by hand. Dataset {args.dataset}, protocol mlrc, budget `mini` with one setting",
         "changed (see the script's docstring for the statistics). Cells: change of test MAP@R in",
         "points, variant − committed `mini` row, with its 95% interval; each variant is one search",
         "seed, so the interval assumes its seed-to-seed spread is `mini`'s (pooled over the six",
@@ -353,15 +385,17 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.against is not None:
         lines[2:8] = [
             "Generated by `python benchmarks/sensitivity.py table --variants "
-            f"{','.join(args.variants)} --against {args.against}`;",
-            "do not edit by hand. Dataset omniglot, protocol mlrc. Cells: change of test MAP@R in",
+            f"{','.join(args.variants)} --against {args.against}"
+            + ("" if args.dataset == "omniglot" else f" --dataset {args.dataset}")
+            + "`;",
+            f"do not edit by hand. Dataset {args.dataset}, protocol mlrc. Cells: change of test MAP@R in",
             f"points, variant − `{args.against}`, with its 95% interval (tau pooled over the committed",
-            "`mini` rows' three seeds, see the script's docstring). A setting is budget-insensitive",
-            "where 0 lies inside every loss's interval.",
+            f"{TAU_DATASET} `mini` rows' three seeds, see the script's docstring). A setting is",
+            "budget-insensitive where 0 lies inside every loss's interval.",
         ]
     for mode, label in MODES:
-        lines += table(mode, label, args.variants, args.against)
-    if args.against is None:
+        lines += table(mode, label, args.variants, args.against, args.dataset)
+    if args.against is None and args.dataset == "omniglot":
         lines += saturation_sections()
     text = "\n".join(lines).rstrip() + "\n"
     if args.out:
@@ -388,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     for q in (r, sub.add_parser("table", help="write the comparison table")):
         q.add_argument("--variants", default=",".join(VARIANTS))
+        q.add_argument("--dataset", choices=DATASETS, default="omniglot")
     r.add_argument("--losses", default=",".join(FAMILIES))
     sub.choices["table"].add_argument("--out", default=None)
     sub.choices["table"].add_argument(

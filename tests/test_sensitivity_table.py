@@ -25,7 +25,7 @@ def _pooled_by_hand(sens: ModuleType) -> tuple[dict[str, list[np.floating[Any]]]
     groups = {
         name: [
             np.mean(sens.rep_values(sens.load_record(p), "separated"))
-            for p in sorted(sens.BASELINE.glob(f"{name}.mini.seed*.json"))
+            for p in sorted(sens.baseline_dir("omniglot").glob(f"{name}.mini.seed*.json"))
         ]
         for name in sens.FAMILIES
     }
@@ -60,8 +60,12 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
     lines = sens.table("separated", "sep", ["eval100"], against="patience5")
     (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
     _, tau2, df = _pooled_by_hand(sens)
-    a = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("eval100", loss)[0]), "separated"))
-    b = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("patience5", loss)[0]), "separated"))
+    a = np.mean(
+        sens.rep_values(sens.load_record(sens.variant_paths("eval100", "omniglot", loss)[0]), "separated")
+    )
+    b = np.mean(
+        sens.rep_values(sens.load_record(sens.variant_paths("patience5", "omniglot", loss)[0]), "separated")
+    )
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
     assert f"{100 * (a - b):+.2f} ± {100 * half:.2f}" in row
     assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
@@ -75,8 +79,14 @@ def test_the_check_states_holm_adjusted_tests_and_the_repetition_spread() -> Non
     _, tau2, df = _pooled_by_hand(sens)
     p_raw = {}
     for loss in sens.FAMILIES:
-        a = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("eval100", loss)[0]), "separated"))
-        b = np.mean(sens.rep_values(sens.load_record(sens.variant_paths("patience5", loss)[0]), "separated"))
+        a = np.mean(
+            sens.rep_values(sens.load_record(sens.variant_paths("eval100", "omniglot", loss)[0]), "separated")
+        )
+        b = np.mean(
+            sens.rep_values(
+                sens.load_record(sens.variant_paths("patience5", "omniglot", loss)[0]), "separated"
+            )
+        )
         p_raw[loss] = 2 * scipy.stats.t.sf(abs(a - b) / math.sqrt(2 * tau2), df)
     order = sorted(p_raw, key=lambda k: p_raw[k])
     adjusted, running = {}, 0.0
@@ -91,7 +101,7 @@ def test_the_check_states_holm_adjusted_tests_and_the_repetition_spread() -> Non
     values = [
         sens.rep_values(sens.load_record(p), "separated")
         for loss in sens.FAMILIES
-        for p in sens.variant_paths("eval100", loss)
+        for p in sens.variant_paths("eval100", "omniglot", loss)
     ]
     ss = sum(((np.array(v) - np.mean(v)) ** 2).sum() for v in values)
     dof = sum(len(v) - 1 for v in values)
@@ -115,3 +125,34 @@ def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch
     assert "Survey: `python benchmarks/fold_convergence.py --set train.patience=20`" in text
     # The curve rises to epoch 5 and then falls: every patience keeps epoch 5.
     assert "| omniglot | ms | 20 (1000 it.) | 1 of 1 | −0.00 ± 0.00; 0%; 0.28 |" in text
+
+
+def test_a_glyphs_run_has_no_data_folder_and_writes_beside_omniglot() -> None:
+    sens = _module()
+    cmd = sens.run_command("calib", "margin", "glyphs", Path("/data/omniglot"), 0)
+    assert cmd[cmd.index("--dataset") + 1] == "glyphs"
+    assert "--data-dir" not in cmd
+    omni = sens.run_command("calib", "margin", "omniglot", Path("/data/omniglot"), 0)
+    assert omni[omni.index("--data-dir") + 1] == "/data/omniglot"
+    assert sens.record_path("calib", "glyphs", "margin", 0) == (
+        sens.OUT_ROOT / "calib" / "glyphs" / "mlrc" / "records" / "margin.mini.seed0.json"
+    )
+
+
+def test_a_glyphs_table_borrows_omniglots_seed_variance_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Glyphs' committed rows have one seed each, so tau comes from the omniglot rows (the same
+    value as an omniglot table's), and the table names where it came from."""
+    sens = _module()
+    omniglot = sens.table("separated", "sep", ["patience5"])
+    glyphs = sens.table("separated", "sep", ["patience5"], dataset="glyphs")
+    (tau_omni,) = [line for line in omniglot if line.startswith("Pooled seed-mean variance")]
+    (tau_glyphs,) = [line for line in glyphs if line.startswith("Pooled seed-mean variance")]
+    assert tau_glyphs == tau_omni.rstrip(".") + ", borrowed from the omniglot rows."
+    # No glyphs variant is committed: every row is the glyphs mini row and "not run".
+    for loss in sens.FAMILIES:
+        (row,) = [line for line in glyphs if line.startswith(f"| {loss} |")]
+        record = sens.baseline_dir("glyphs") / f"{loss}.mini.seed0.json"
+        mean = np.mean(sens.rep_values(sens.load_record(record), "separated"))
+        assert row == f"| {loss} | {sens.FAMILIES[loss]} | {100 * mean:.2f} (1) | not run |"
