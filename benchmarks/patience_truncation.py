@@ -39,7 +39,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,7 @@ def stop_at_patience(curve: Sequence[Sequence[float]], patience: int) -> Stop:
     return Stop(float(curve[best_index][1]), int(curve[best_index][0]), int(curve[-1][0]))
 
 
-def fold_runs(record: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def fold_runs(record: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(phase, fold)`` for every fold training in an MLRC record that kept its curve."""
     for trial in record["search"]["trials"]:
         for fold in trial.get("folds") or []:

@@ -327,6 +327,51 @@ def check_notes(
     return notes
 
 
+def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
+    """The stopping part of a check, apart from its search part: each ``variant`` record's
+    test-stage folds (trained at the hyperparameters its own search chose) replayed at the
+    ``against`` records' patience by ``benchmarks/patience_truncation.py``. Exact per fold: patience
+    only decides when a fold stops."""
+    from patience_truncation import fold_runs, truncations
+
+    rows = []
+    for loss in FAMILIES:
+        paths, refs = variant_paths(variant, dataset, loss), variant_paths(against, dataset, loss)
+        if not paths or not refs:
+            continue
+        shorter = int(load_record(refs[0]).document["config"]["train"]["patience"])
+        for path in paths:
+            record = load_record(path).document
+            longer = int(record["config"]["train"]["patience"])
+            folds = [fold for phase, fold in fold_runs(record) if phase == "test"]
+            usable = sum(f.get("stopped_by") == "patience" for f in folds)
+            cut = next((t for t in truncations(folds, longer) if t.patience == shorter), None)
+            cell = (
+                "–"
+                if cut is None
+                else f"−{cut.drop_points:.2f} ± {cut.drop_half_width:.2f} | {cut.changed_share:.0%} "
+                f"| {cut.epoch_fraction:.2f}"
+            )
+            rows.append(f"| {loss} | {longer} → {shorter} | {usable} of {len(folds)} | {cell} |")
+    if not rows:
+        return []
+    return [
+        f"### Stopping alone: `{variant}`'s test folds replayed at `{against}`'s patience",
+        "",
+        "The check changes patience and trials together. Replaying the test-stage folds of each",
+        f"`{variant}` record (trained at the hyperparameters its own search chose) at `{against}`'s",
+        "patience isolates the stop: validation MAP@R of the checkpoint the shorter patience keeps,",
+        "minus the one kept (points, mean over the folds that stopped by patience ± 95% t",
+        "half-width; it cannot be positive), the share of folds whose checkpoint changes, and the",
+        "fraction of the epochs the shorter patience trains (`benchmarks/patience_truncation.py`).",
+        "",
+        "| loss | patience | folds stopped by patience | cut (points) | folds changed | epochs trained |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 #: Long-patience fold surveys (``benchmarks/fold_convergence.py --jsonl``), one file per survey.
 SATURATION = OUT_ROOT / "saturation"
 SATURATION_COLUMNS = (2, 3, 5, 10, 15)
@@ -395,6 +440,9 @@ def cmd_table(args: argparse.Namespace) -> int:
         ]
     for mode, label in MODES:
         lines += table(mode, label, args.variants, args.against, args.dataset)
+    if args.against is not None:
+        for v in args.variants:
+            lines += stopping_half(v, args.against, args.dataset)
     if args.against is None and args.dataset == "omniglot":
         lines += saturation_sections()
     text = "\n".join(lines).rstrip() + "\n"

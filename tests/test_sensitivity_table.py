@@ -156,3 +156,43 @@ def test_a_glyphs_table_borrows_omniglots_seed_variance_and_says_so(
         record = sens.baseline_dir("glyphs") / f"{loss}.mini.seed0.json"
         mean = np.mean(sens.rep_values(sens.load_record(record), "separated"))
         assert row == f"| {loss} | {sens.FAMILIES[loss]} | {100 * mean:.2f} (1) | not run |"
+
+
+def _kept(curve: list[list[float]], patience: int) -> float:
+    """The validation value a patience rule keeps on ``curve``, by hand: walk the validations,
+    stop once ``patience`` of them in a row failed to beat the best."""
+    best, since = curve[0][1], 0
+    for _, value in curve[1:]:
+        if value > best:
+            best, since = value, 0
+        else:
+            since += 1
+            if since == patience:
+                break
+    return best
+
+
+def test_the_check_replays_the_variants_test_folds_at_the_references_patience() -> None:
+    sens = _module()
+    losses = [
+        loss
+        for loss in sens.FAMILIES
+        if sens.variant_paths("calib2x", "omniglot", loss) and sens.variant_paths("calib", "omniglot", loss)
+    ]
+    assert losses, "no loss with both committed calib and calib2x records"
+    lines = sens.stopping_half("calib2x", "calib", "omniglot")
+    for loss in losses:
+        record = sens.load_record(sens.variant_paths("calib2x", "omniglot", loss)[0]).document
+        longer = record["config"]["train"]["patience"]
+        shorter = sens.load_record(sens.variant_paths("calib", "omniglot", loss)[0]).document["config"][
+            "train"
+        ]
+        folds = [f for rep in record["test"]["rep_details"] for f in rep["folds"]]
+        usable = [f for f in folds if f["stopped_by"] == "patience"]
+        drops = [100 * (_kept(f["curve"], longer) - _kept(f["curve"], shorter["patience"])) for f in usable]
+        half = scipy.stats.t.ppf(0.975, len(drops) - 1) * np.std(drops, ddof=1) / math.sqrt(len(drops))
+        (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
+        assert row.startswith(
+            f"| {loss} | {longer} → {shorter['patience']} | {len(usable)} of {len(folds)} "
+            f"| −{np.mean(drops):.2f} ± {half:.2f} |"
+        ), row
