@@ -15,9 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
 
 
-def run_script(name: str, args: list[str], cache: Path) -> str:
-    """stdout of ``benchmarks/<name>`` run with ``args`` (fails the test on a non-zero exit)."""
-    proc = subprocess.run(
+def script_process(name: str, args: list[str], cache: Path) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/<name>`` run with ``args`` to its end, output captured."""
+    return subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *args],
         capture_output=True,
         text=True,
@@ -25,6 +25,11 @@ def run_script(name: str, args: list[str], cache: Path) -> str:
         env={**os.environ, "DMLBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)},
         timeout=600,
     )
+
+
+def run_script(name: str, args: list[str], cache: Path) -> str:
+    """stdout of ``benchmarks/<name>`` run with ``args`` (fails the test on a non-zero exit)."""
+    proc = script_process(name, args, cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -121,14 +126,7 @@ def test_oversubscription_prints_both_depths_their_ratio_and_equal_scores(cache_
 
 
 def test_oversubscription_refuses_to_let_a_set_override_the_fixed_epochs(cache_dir: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "oversubscription.py"), "--set", "train.patience=3"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "DMLBENCH_CACHE": str(cache_dir), "PYTHONPATH": str(REPO)},
-        timeout=600,
-    )
+    proc = script_process("oversubscription.py", ["--set", "train.patience=3"], cache_dir)
     assert proc.returncode != 0
     assert "--set train.patience=3" in proc.stderr and "--epochs" in proc.stderr
 
