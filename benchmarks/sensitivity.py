@@ -420,7 +420,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         "changed (see the script's docstring for the statistics). Cells: change of test MAP@R in",
         "points, variant − committed `mini` row, with its 95% interval; each variant is one search",
         "seed, so the interval assumes its seed-to-seed spread is `mini`'s (pooled over the six",
-        "losses' three seeds). The family gap row gives the variant's gap and its change.",
+        f"losses' three seeds on {TAU_DATASET}). The family gap row gives the variant's gap and its change.",
         "",
         "Variants: "
         + "; ".join(f"`{v}` = " + ", ".join(f"`{o}`" for o in VARIANTS[v]) for v in args.variants)
