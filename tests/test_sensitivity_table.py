@@ -25,7 +25,7 @@ def _pooled_by_hand(sens: ModuleType) -> tuple[dict[str, list[np.floating[Any]]]
     groups = {
         name: [
             np.mean(sens.rep_values(sens.load_record(p), "separated"))
-            for p in sorted(sens.baseline_dir("omniglot").glob(f"{name}.mini.seed*.json"))
+            for p in sens.mini_paths("omniglot", name)
         ]
         for name in sens.FAMILIES
     }
@@ -153,7 +153,7 @@ def test_a_glyphs_table_borrows_omniglots_seed_variance_and_says_so(
     # No glyphs variant is committed: every row is the glyphs mini row and "not run".
     for loss in sens.FAMILIES:
         (row,) = [line for line in glyphs if line.startswith(f"| {loss} |")]
-        record = sens.baseline_dir("glyphs") / f"{loss}.mini.seed0.json"
+        (record,) = sens.mini_paths("glyphs", loss)
         mean = np.mean(sens.rep_values(sens.load_record(record), "separated"))
         assert row == f"| {loss} | {sens.FAMILIES[loss]} | {100 * mean:.2f} (1) | not run |"
 
