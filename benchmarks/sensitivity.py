@@ -23,7 +23,11 @@ changed at a time and compares each loss's test MAP@R with its committed ``mini`
   76d510c, before that key existed; none of their ranges is that wide, so it leaves their searches
   unchanged (tests/test_mlrc_search_ranges.py checks the rule over every loss);
 * ``calib2x``: ``calib`` with patience and trials doubled (10, 20 trials): its check is
-  ``table --variants calib2x --against calib``.
+  ``table --variants calib2x --against calib``;
+* ``calibp10``: ``calib`` with patience 10 and its 10 trials: patience alone against ``calib``
+  (``table --variants calibp10 --against calib``), where the glyphs stopping survey saw patience 5
+  cut every fold of margin and contrastive; if patience 5 fails there, it is the record of a
+  patience-10 candidate, whose doubled check is ``calibp10x2`` (patience 20, 20 trials).
 
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::
@@ -99,6 +103,23 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "train.eval_every=2",
         "train.patience=10",
         "train.max_epochs=300",
+        "search.n_trials=20",
+    ),
+    "calibp10": (
+        "train.iters_per_epoch=100",
+        "train.eval_every=2",
+        "train.patience=10",
+        "train.max_epochs=300",
+        "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
+    ),
+    "calibp10x2": (
+        "train.iters_per_epoch=100",
+        "train.eval_every=2",
+        "train.patience=20",
+        "train.max_epochs=300",
+        "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
         "search.n_trials=20",
     ),
 }
