@@ -114,11 +114,22 @@ def test_the_filter_flags_the_white_circle_against_the_korean_ieung(
         assert flag_lookalikes(class_distance(_render([ord(symbol)]), masks, labels))[0, 0], (symbol, jamo)
 
 
+def _mini_weights() -> str:
+    """The built-in weights the ``mini`` budget fine-tunes (``builtin:<name>``)."""
+    from benchmark.budgets import BUDGETS
+
+    named = str(BUDGETS.get("mini").overrides["model.trunk_weights"])
+    assert named.startswith("builtin:"), named
+    return named.removeprefix("builtin:")
+
+
 @needs_omniglot
-def test_the_shipped_v2_source_holds_no_flagged_symbol(
-    omniglot: tuple[np.ndarray, np.ndarray, dict[int, str]],
+@pytest.mark.parametrize("weights", sorted({V2, _mini_weights()}))
+def test_the_shipped_source_holds_no_flagged_symbol(
+    weights: str, omniglot: tuple[np.ndarray, np.ndarray, dict[int, str]]
 ) -> None:
-    spec = BUILTIN_WEIGHTS.get(V2)
+    """v2's source, and the source of whatever weights ``mini`` names, pass the appearance filter."""
+    spec = BUILTIN_WEIGHTS.get(weights)
     prov = json.loads((pretrained.WEIGHTS_DIR / spec.provenance_file).read_text())
     source = [int(c[2:], 16) for c in prov["source"]["classes"]]
     masks, labels, _ = omniglot
@@ -136,11 +147,15 @@ def test_the_comparison_size_is_the_scripts() -> None:
     assert f"COMPARE_SIZE = {COMPARE_SIZE}" in (REPO / "benchmarks" / "pretrain_trunk.py").read_text()
 
 
-def test_v2_is_registered_but_mini_keeps_the_weights_its_boards_were_made_with() -> None:
-    from benchmark.budgets import BUDGETS
-
-    assert V2 in BUILTIN_WEIGHTS.names()
-    assert BUDGETS.get("mini").overrides["model.trunk_weights"] == "builtin:smallcnn-symbols"
+def test_mini_fine_tunes_weights_whose_source_was_filtered_against_omniglot() -> None:
+    """mini's weights record the Omniglot filter in their provenance (v1's, made before it, do not)."""
+    spec = BUILTIN_WEIGHTS.get(_mini_weights())
+    prov = json.loads((pretrained.WEIGHTS_DIR / spec.provenance_file).read_text())
+    assert prov["source"]["omniglot_filter"]["threshold"] == lookalike.LOOKALIKE_DISTANCE
+    v1 = json.loads(
+        (pretrained.WEIGHTS_DIR / BUILTIN_WEIGHTS.get("smallcnn-symbols").provenance_file).read_text()
+    )
+    assert "omniglot_filter" not in v1["source"]
 
 
 def test_omniglot_reader_matches_the_dataset_loader_classes() -> None:

@@ -37,9 +37,9 @@ NATURAL_IMAGE_DATASETS = {"cub200", "cars196", "sop", "inshop", "cifar100", "foo
 BUILTIN = "builtin:smallcnn-symbols"
 
 
-# Every registered built-in: smallcnn-symbols (mini's, made before the Omniglot look-alike filter),
-# smallcnn-symbols-v2 (filtered) and -v3 (filtered, v1's step count); mini switches when its
-# boards are regenerated.
+# Every registered built-in: smallcnn-symbols (made before the Omniglot look-alike filter; the
+# earlier mini boards' weights), smallcnn-symbols-v2 (filtered) and -v3 (filtered, v1's step
+# count; mini's).
 ALL_BUILTINS = BUILTIN_WEIGHTS.names()
 SCRIPT_NAME = "smallcnn-symbols-v2"  # what benchmarks/pretrain_trunk.py writes now
 
@@ -235,13 +235,16 @@ def test_every_omniglot_alphabet_present_has_a_script_mapping() -> None:
 
 
 def test_default_budget_fine_tunes_the_builtin_trunk() -> None:
+    from benchmark.budgets import BUDGETS
     from benchmark.protocol.mlrc_run import MLRCRun
     from benchmark.protocol.request import RunRequest
 
     run = MLRCRun(RunRequest(loss="mfcont", budget="mini", quiet=True, device="cpu"))
     run.resolve()  # validates the built-in name, its trunk and the file's sha256
     m = run.config.model
-    assert (m.trunk, m.pretrained, m.trunk_weights) == ("smallcnn", True, BUILTIN)
+    named = BUDGETS.get("mini").overrides["model.trunk_weights"]
+    assert (m.trunk, m.pretrained, m.trunk_weights) == ("smallcnn", True, named)
+    assert named.removeprefix("builtin:") in ALL_BUILTINS
     # The weights file is not a deviation from the paper; the trunk is.
     assert "model.trunk_weights" not in {d.key for d in run.deviations}
     assert "model.trunk" in {d.key for d in run.deviations}

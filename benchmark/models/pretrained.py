@@ -155,13 +155,12 @@ BUILTIN_WEIGHTS.register(
         description=(
             "smallcnn pretrained (softmax classification) on Unicode symbols rendered at 28 px from "
             "the 12 DejaVu faces; classes disjoint from glyphs and Omniglot by identity "
-            "(benchmarks/pretrain_trunk.py before the Omniglot look-alike filter); the mini budget's"
+            "(benchmarks/pretrain_trunk.py before the Omniglot look-alike filter); mini's until v3"
         ),
     ),
 )
 # The same recipe on the source minus the symbols that look like an Omniglot character
-# (benchmark.models.lookalike, issue 30). Not the mini budget's yet: the committed mini boards were
-# made with smallcnn-symbols, and mini switches when they are regenerated in one go.
+# (benchmark.models.lookalike, issue 30).
 BUILTIN_WEIGHTS.register(
     "smallcnn-symbols-v2",
     BuiltinWeights(
@@ -178,7 +177,7 @@ BUILTIN_WEIGHTS.register(
     ),
 )
 # v2's source trained for v1's 918 optimiser steps (v2 took 144): 19 instead of 3 training renderings
-# per symbol and face, so that it also makes v1's 6 passes. A candidate for mini, measured with
+# per symbol and face, so that it also makes v1's 6 passes. The mini budget's, measured with
 # benchmarks/trunk_probe.py (benchmarks/README.md): better than v2, still below v1.
 BUILTIN_WEIGHTS.register(
     "smallcnn-symbols-v3",
