@@ -3,7 +3,7 @@
 MLRC's headline is that class/proxy losses beat pair-based ones by about one MAP@R point; on the
 ``mini`` boards the gap is several points. Part of that may be ``mini``'s short patience, its few
 trials and its dense validation. This script reruns the MLRC protocol at ``mini`` with one setting
-changed at a time and compares each loss's test MAP@R with its committed ``mini`` row:
+changed at a time and compares each loss's test MAP@R with its earlier ``mini`` row (see below):
 
 * ``patience5``: ``train.patience = 5`` (MLRC's CUB patience; ``mini`` has 2);
 * ``trials25``: ``search.n_trials = 25`` (``mini`` has 10);
@@ -41,13 +41,17 @@ the heavy-work lock so nothing else heavy shares the cores)::
         --out docs/calibration.md
 
 ``run`` writes each variant's records under ``results/sensitivity/<variant>/`` (search seed 0
-only: a variant costs 1-3x a ``mini`` run). ``table`` compares them with the committed ``mini``
-rows ``results/omniglot/mlrc/records/<loss>.mini.seed*.json``. ``--dataset glyphs`` does the same
+only: a variant costs 1-3x a ``mini`` run). ``table`` compares them with the earlier ``mini``
+rows ``results/sensitivity/mini-earlier/<dataset>/mlrc/records/<loss>.mini.seed*.json``: the board
+records of the study's losses made at the ``mini`` of the study (50-iteration epochs, validation
+after each, patience 2, ``builtin:smallcnn-symbols``), copied unchanged from
+``results/<dataset>/mlrc/records/`` when ``mini`` was redefined, since regenerating the boards at
+the new ``mini`` replaces those files. ``--dataset glyphs`` does the same
 on the embedded dataset (the calibration check there: its long-patience survey showed the
 candidate's stop cutting every fold of contrastive and margin); tau^2 then still comes from the
 omniglot rows, the only ones with several seeds, and the table says so.
 
-**Statistics.** The committed ``mini`` row of a loss is the mean of its search seeds' means; a
+**Statistics.** The earlier ``mini`` row of a loss is the mean of its search seeds' means; a
 variant has one search seed. The variance of a seed mean (tau^2: the search plus test-repetition
 noise, ``benchmark.stats.seeds``) is pooled over the baseline rows of the six losses, and the
 change variant - baseline has variance tau^2 (1/S_variant + 1/S_baseline) on the pool's degrees of
@@ -143,9 +147,13 @@ MODES = (("separated", "separated (128-d)"), ("concatenated", "concatenated (512
 METRIC = "map_at_r"
 
 
+#: The earlier ``mini``'s board records of the study's losses (see the module docstring).
+EARLIER_MINI = "mini-earlier"
+
+
 def mini_paths(dataset: str, loss: str) -> list[Path]:
-    """The committed ``mini`` records of ``loss`` on ``dataset`` (one per search seed)."""
-    return sorted((REPO / "results" / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
+    """The earlier ``mini`` records of ``loss`` on ``dataset`` (one per search seed)."""
+    return sorted((OUT_ROOT / EARLIER_MINI / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
 
 
 def run_command(variant: str, loss: str, dataset: str, data_dir: Path, seed: int) -> list[str]:
@@ -237,8 +245,8 @@ def table(
     mode: str, label: str, variants: Sequence[str], against: str | None = None, dataset: str = "omniglot"
 ) -> list[str]:
     """The Markdown section of one evaluation mode on ``dataset``: each variant against the
-    committed ``mini`` rows, or against the variant ``against`` (the calibration check: a
-    calibrated setting against its doubled patience and trials). tau^2 is pooled over the committed
+    earlier ``mini`` rows, or against the variant ``against`` (the calibration check: a
+    calibrated setting against its doubled patience and trials). tau^2 is pooled over the earlier
     :data:`TAU_DATASET` ``mini`` rows either way."""
     tau_groups = [load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES]
     tau2, df = pooled_seed_variance(tau_groups)
@@ -247,7 +255,7 @@ def table(
         for loss in FAMILIES
         if (paths := mini_paths(dataset, loss))
     }
-    reference = "mini (seeds)"
+    reference = "earlier mini (seeds)"
     if against is not None:
         reference = f"{against} (seeds)"
         base = {
@@ -339,10 +347,10 @@ def check_notes(
     mini_sd, mini_df = within_seed_sd([p for loss in FAMILIES for p in mini_paths(dataset, loss)], mode)
     notes.append(
         "Test repetitions' spread within a seed, in points: "
-        + ", ".join(spreads)
-        + f", committed {dataset} `mini` rows {100 * mini_sd:.2f} ({mini_df} df). The intervals take"
-        f" the variance of a seed mean from the {TAU_DATASET} `mini` rows; a variant whose repetitions"
-        " spread much more than `mini`'s would have wider intervals than shown."
+        + "".join(f"{s}, " for s in spreads)
+        + f"earlier {dataset} `mini` rows {100 * mini_sd:.2f} ({mini_df} df). The intervals take"
+        f" the variance of a seed mean from the earlier {TAU_DATASET} `mini` rows; a variant whose"
+        " repetitions spread much more than `mini`'s would have wider intervals than shown."
     )
     return notes
 
@@ -437,9 +445,10 @@ def cmd_table(args: argparse.Namespace) -> int:
         "",
         f"Generated by `python benchmarks/sensitivity.py table --variants {','.join(args.variants)}"
         f"{dataset_flag}`;",
-        f"do not edit by hand. Dataset {', '.join(datasets)}, protocol mlrc, budget `mini` with one setting",
-        "changed (see the script's docstring for the statistics). Cells: change of test MAP@R in",
-        "points, variant − committed `mini` row, with its 95% interval; each variant is one search",
+        f"do not edit by hand. Dataset {', '.join(datasets)}, protocol mlrc, the earlier `mini`",
+        "(50-iteration epochs, validation after each, patience 2, `builtin:smallcnn-symbols`) with one",
+        "setting changed (see the script's docstring for the statistics). Cells: change of test MAP@R in",
+        "points, variant − earlier `mini` row, with its 95% interval; each variant is one search",
         "seed, so the interval assumes its seed-to-seed spread is `mini`'s (pooled over the six",
         f"losses' three seeds on {TAU_DATASET}). The family gap row gives the variant's gap and its change.",
         "",
@@ -451,12 +460,12 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.against is not None:
         names = ", ".join(f"`{v}`" for v in args.variants)
         lines[0] = f"# Calibration check: {names} against `{args.against}`"
-        lines[2:8] = [
+        lines[2:9] = [
             "Generated by `python benchmarks/sensitivity.py table --variants "
             f"{','.join(args.variants)} --against {args.against}{dataset_flag}`;",
             f"do not edit by hand. Dataset {', '.join(datasets)}, protocol mlrc. Cells: change of test",
             f"MAP@R in points, variant − `{args.against}`, with its 95% interval (tau pooled over the",
-            f"committed {TAU_DATASET} `mini` rows' three seeds, see the script's docstring). A setting is",
+            f"earlier {TAU_DATASET} `mini` rows' three seeds, see the script's docstring). A setting is",
             "budget-insensitive where 0 lies inside every loss's interval.",
         ]
     for dataset in datasets:
