@@ -365,12 +365,12 @@ def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log:
     ax.set_xlabel("cost: fold epochs trained (search + test stages; independent of the host)")
     ax.set_ylabel(f"test {spec.display_name} (%)")
     ax.set_title(
-        f"Test {spec.display_name} vs training cost (budget {budget}); labelled: the separated "
+        f"Test {spec.display_name} vs training cost (budget {budget})\nlabelled: the separated "
         "mode's Pareto front",
         fontsize="small",
     )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="best")  # never over a point: a one-row board put its point under it
     separate_labels(fig, texts)
     return fig
 

@@ -39,7 +39,7 @@ def excerpt(
     cols = [(mode, metric) for mode, _ in lb.modes]
     lines = [
         f"`results/{dataset}/{protocol}/leaderboard.md`, budget `{budget}`, {name} columns only "
-        f"({len(s.trained)} losses):",
+        f"({len(s.trained)} loss{'' if len(s.trained) == 1 else 'es'}):",
         "",
         *(
             [
