@@ -12,10 +12,11 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
 * ``double``: patience 4 and 20 trials, the "budget-insensitive" check of the current ``mini``
   (not run: the patience surveys already show the current ``mini`` is not budget-insensitive, and
   ``calib2x`` against ``calib`` is the check that matters);
-* ``calib``: the first candidate calibrated ``mini`` (docs/calibration-patience5.md): MLRC's own CUB stopping schedule in iterations
-  (100-iteration epochs, validation every 2 epochs = 200 iterations, patience 5 = stop 1000
-  iterations after the best), with ``max_epochs`` 300 as a cap far above the stops the long-patience
-  surveys saw (``results/sensitivity/saturation``: up to 177 epochs of 50 iterations on glyphs),
+* ``calib``: the first candidate calibrated ``mini`` (docs/calibration-patience5.md): MLRC's own
+  CUB stopping schedule in iterations (100-iteration epochs, validation every 2 epochs = 200
+  iterations, patience 5 = stop 1000 iterations after the best), with ``max_epochs`` 300 as a cap
+  far above the stops the long-patience surveys saw (``results/sensitivity/saturation``: up to 177
+  epochs of 50 iterations on glyphs),
   the trunk pretrained on the look-alike-filtered symbols (``builtin:smallcnn-symbols-v3``,
   issue 30), which the regenerated boards will use, and ranges spanning two orders of magnitude
   searched on a log scale (``search.log_wide_ranges``: at 10 trials a linear [0.01, 200] put one
