@@ -8,6 +8,7 @@ earlier settings and reruns them one at a time:
 
     python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]
     python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N]
+    python benchmarks/regenerate_boards.py adopt --from results/sensitivity/calibp10 [--datasets ...]
 
 **The plan** of a dataset is every built-in loss (the loss registry, no plugin) at search seed 0,
 then each further search seed that a committed record of that loss has (the multi-seed rows of
@@ -27,11 +28,21 @@ stopped on the next call. Each run also rewrites the board's tables and plots in
 every record there, so as a record lands, copy ``results/<dataset>/mlrc/`` (records, tables,
 plots) from the clone into main, look at the plots, refresh the README excerpt
 (``python -m benchmark.report.readme``) and commit.
+
+``adopt --from DIR`` takes records another script already made at today's settings instead of
+rerunning them: each planned record that the board lacks or holds at earlier settings is copied
+from ``DIR/<dataset>/mlrc/records/`` (the same file name) when that record's board settings equal
+what a run of this checkout would record, and each board it changed gets its tables and plots
+rewritten from every record. The calibration check's ``calibp10`` records are such records
+(``benchmarks/sensitivity.py``: ``calibp10`` is today's ``mini``), so the six losses it runs need
+no second run. Records at other settings are named and left where they are. Then refresh the
+README excerpt, look at the plots and commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -199,12 +210,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adopt(args: argparse.Namespace) -> int:
+    changed: list[str] = []
+    for entry in plan(args.results, args.datasets, args.losses, args.budget):
+        source = entry.path(args.source)
+        if not source.exists() or is_current(entry, args.data_dirs, args.results):
+            continue
+        if board_key(load_record(source)) != target_key(entry, args.data_dirs, args.results):
+            print(f"not adopted (other board settings than this checkout's): {source}")
+            continue
+        target = entry.path(args.results)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        print(f"adopted: {source} -> {target}")
+        if entry.dataset not in changed:
+            changed.append(entry.dataset)
+    if changed:
+        from benchmark.report.tables import refresh  # matplotlib only when a board changed
+
+        for dataset in changed:
+            refresh(args.results, dataset, PROTOCOL)
+            print(f"{dataset}: tables and plots rewritten (look at the plots, commit)")
+    return 0
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("status", "run"):
+    for name in ("status", "run", "adopt"):
         p = sub.add_parser(name)
         p.add_argument("--datasets", default=",".join(DATASETS))
         p.add_argument("--losses", default=None, help="comma-separated (default: every built-in loss)")
@@ -214,6 +249,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if name == "run":
             p.add_argument("--limit", type=int, default=None, help="stop after this many runs")
             p.add_argument("--allow-dirty", action="store_true")
+        if name == "adopt":
+            p.add_argument(
+                "--from", dest="source", type=Path, required=True, help="a results folder of the same layout"
+            )
     args = parser.parse_args(argv)
     args.datasets = [d for d in args.datasets.split(",") if d]
     valid = builtin_losses()
@@ -227,7 +266,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return cmd_status(args) if args.command == "status" else cmd_run(args)
+    commands = {"status": cmd_status, "run": cmd_run, "adopt": cmd_adopt}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

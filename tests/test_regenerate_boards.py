@@ -4,6 +4,7 @@ check, against a record a real run wrote, is in test_e2e_run.py)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,29 @@ def test_run_reruns_each_stale_record_under_the_lock_and_stops_at_a_failure(
     assert f"landed: {tmp_path}/glyphs/mlrc/records/mfcont.mini.seed0.json" in out
     assert "glyphs contrastive seed 0: exit 3" in out
     assert (tmp_path / "heavy.lock").exists()
+
+
+def test_adopt_copies_only_records_at_todays_settings_and_rewrites_the_board(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``adopt --from``: a calibration record at today's mini replaces the board's record at earlier
+    settings and the board's tables are rewritten; a record at other settings is named and left;
+    a second call adopts nothing."""
+    repo = Path(__file__).resolve().parent.parent / "results" / "sensitivity"
+    board, source = tmp_path / "board", tmp_path / "source"
+    todays = repo / "calibp10" / "glyphs" / "mlrc" / "records" / "margin.mini.seed0.json"
+    earlier = repo / "mini-earlier" / "glyphs" / "mlrc" / "records"
+    for folder in (board, source):
+        (folder / "glyphs" / "mlrc" / "records").mkdir(parents=True)
+    shutil.copyfile(earlier / "margin.mini.seed0.json", board / "glyphs/mlrc/records/margin.mini.seed0.json")
+    shutil.copyfile(todays, source / "glyphs/mlrc/records/margin.mini.seed0.json")
+    shutil.copyfile(earlier / "ms.mini.seed0.json", source / "glyphs/mlrc/records/ms.mini.seed0.json")
+    args = ["adopt", "--from", str(source), "--results", str(board), "--datasets", "glyphs"]
+    assert rb.main([*args, "--losses", "margin,ms"]) == 0
+    out = capsys.readouterr().out
+    assert (board / "glyphs/mlrc/records/margin.mini.seed0.json").read_bytes() == todays.read_bytes()
+    assert "not adopted (other board settings than this checkout's)" in out and "ms.mini.seed0.json" in out
+    assert not (board / "glyphs/mlrc/records/ms.mini.seed0.json").exists()
+    assert "Margin" in (board / "glyphs/mlrc/leaderboard.md").read_text(encoding="utf-8")
+    assert rb.main([*args, "--losses", "margin"]) == 0
+    assert "adopted:" not in capsys.readouterr().out
