@@ -213,13 +213,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_adopt(args: argparse.Namespace) -> int:
     changed: list[str] = []
     for entry in plan(args.results, args.datasets, args.losses, args.budget):
-        source = entry.path(args.source)
-        if not source.exists() or is_current(entry, args.data_dirs, args.results):
+        source, target = entry.path(args.source), entry.path(args.results)
+        if not source.exists():
             continue
-        if board_key(load_record(source)) != target_key(entry, args.data_dirs, args.results):
+        # One preflight per entry: what the board holds and what the source offers are both
+        # compared with it (is_current would resolve it a second time).
+        todays = target_key(entry, args.data_dirs, args.results)
+        if target.exists() and board_key(load_record(target)) == todays:
+            continue
+        if board_key(load_record(source)) != todays:
             print(f"not adopted (other board settings than this checkout's): {source}")
             continue
-        target = entry.path(args.results)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         print(f"adopted: {source} -> {target}")
