@@ -196,3 +196,26 @@ def test_trunk_probe_prints_every_weights_row_and_is_deterministic(tmp_path: Pat
     table = [line for line in out.splitlines() if line.startswith("|")]
     again = run_script("trunk_probe.py", args, cache_dir)
     assert [line for line in again.splitlines() if line.startswith("|")] == table
+
+
+@pytest.mark.slow
+def test_fold_epoch_speed_prints_one_row_per_process_count(cache_dir: Path) -> None:
+    out = run_script(
+        "fold_epoch_speed.py",
+        ["--dataset", "glyphs", "--budget", "smoke", "--epochs", "1", "--procs", "1,2"],
+        cache_dir,
+    )
+    assert re.search(r"device cpu, torch \S+, CPU capability \S+", out)
+    for procs in (1, 2):
+        assert re.search(
+            rf"^P={procs}: s per fold epoch per process median [0-9.]+ \(min [0-9.]+, max [0-9.]+\); "
+            r"aggregate [0-9.]+ fold epochs/s$",
+            out,
+            re.M,
+        ), procs
+
+
+def test_fold_epoch_speed_refuses_to_let_a_set_override_the_fixed_epochs(cache_dir: Path) -> None:
+    proc = script_process("fold_epoch_speed.py", ["--set", "train.patience=3"], cache_dir)
+    assert proc.returncode != 0
+    assert "--set train.patience=3" in proc.stderr and "--epochs" in proc.stderr
