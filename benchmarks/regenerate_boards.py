@@ -134,9 +134,14 @@ def target_key(entry: Entry, data_dirs: dict[str, Path], results: Path) -> str:
     return settings_key(settings_of(config_to_dict(config), trunk))
 
 
+def holds(path: Path, key: str) -> bool:
+    """Whether ``path`` is a record made at the board settings ``key``."""
+    return path.exists() and board_key(load_record(path)) == key
+
+
 def is_current(entry: Entry, data_dirs: dict[str, Path], results: Path) -> bool:
-    path = entry.path(results)
-    return path.exists() and board_key(load_record(path)) == target_key(entry, data_dirs, results)
+    """Whether the board already holds ``entry`` at this checkout's board settings."""
+    return holds(entry.path(results), target_key(entry, data_dirs, results))
 
 
 def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list[str]:
@@ -217,11 +222,11 @@ def cmd_adopt(args: argparse.Namespace) -> int:
         if not source.exists():
             continue
         # One preflight per entry: what the board holds and what the source offers are both
-        # compared with it (is_current would resolve it a second time).
+        # compared with it.
         todays = target_key(entry, args.data_dirs, args.results)
-        if target.exists() and board_key(load_record(target)) == todays:
+        if holds(target, todays):
             continue
-        if board_key(load_record(source)) != todays:
+        if not holds(source, todays):
             print(f"not adopted (other board settings than this checkout's): {source}")
             continue
         target.parent.mkdir(parents=True, exist_ok=True)

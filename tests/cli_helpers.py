@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,3 +19,12 @@ def dmlbench(*args: str, cache: Path, timeout: int = 600) -> subprocess.Complete
         env=env,
         timeout=timeout,
     )
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` restoring Ctrl-C's default in the child.
+
+    A shell without job control starts background jobs with SIGINT ignored and a child inherits
+    that (a CI runner may do this), so a test that interrupts a run would otherwise do nothing.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 import pytest
-from cli_helpers import dmlbench
+from cli_helpers import default_sigint, dmlbench
 from conftest import load_benchmark_script
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -310,9 +310,7 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        # A shell without job control starts background jobs with SIGINT ignored, and the
-        # child would inherit that (a CI runner may do this): restore Ctrl-C's default.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None
     stderr = proc.stderr  # the narrowed type, for the lambda below

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import default_sigint
 from test_kill_points import ARGS
 
 from benchmark.faults import ENV, SIGNAL_ENV
@@ -26,10 +26,8 @@ def run(root: Path, cache: Path, interrupt_at: str | None = None) -> subprocess.
         [sys.executable, "-m", "benchmark.cli.main", *ARGS, "--out", str(root / "runs"),
          "--results-dir", str(root / "results")],
         capture_output=True, text=True, env=env, timeout=600,
-        # A shell without job control starts background jobs with SIGINT ignored and the child
-        # inherits that, so the INT kill point did nothing when the suite ran as a background job:
-        # restore Ctrl-C's default (as test_e2e_run.py does).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # Without it the INT kill point did nothing when the suite ran as a background job.
+        preexec_fn=default_sigint,
     )  # fmt: skip
 
 
