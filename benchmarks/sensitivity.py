@@ -292,9 +292,15 @@ def table(
             d = difference(est, base[loss])
             p_values[v][loss] = d.p
             lo, hi = d.interval()
-            cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)"))
+            capped = "" if not any(n for n, _ in capped_folds(paths).values()) else " ‡"
+            cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)") + capped)
         lines.append("| " + " | ".join(cells) + " |")
-    notes = [] if against is None else ["", *check_notes(mode, variants, against, p_values, dataset)]
+    cap_lines = cap_notes([*variants, *([] if against is None else [against])], dataset)
+    notes = (
+        [*cap_lines]
+        if against is None
+        else [*cap_lines, "", *check_notes(mode, variants, against, p_values, dataset)]
+    )
     if set(base) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
     base_gap = gap(base)
@@ -308,6 +314,44 @@ def table(
         cells.append(f"{100 * gap(var_est[v]).mean:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
     lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
+
+
+def capped_folds(paths: Sequence[Path]) -> dict[str, tuple[int, int]]:
+    """Per stage (``search``, ``test``) of the records at ``paths``: how many fold trainings
+    stopped at ``train.max_epochs`` before their patience ran out, and how many there were."""
+    counts = {"search": [0, 0], "test": [0, 0]}
+    for path in paths:
+        record = load_record(path).document
+        stages = (
+            ("search", [f for trial in record["search"]["trials"] for f in trial.get("folds") or []]),
+            ("test", [f for rep in record["test"]["rep_details"] for f in rep["folds"]]),
+        )
+        for stage, folds in stages:
+            counts[stage][0] += sum(f.get("stopped_by") == "max_epochs" for f in folds)
+            counts[stage][1] += len(folds)
+    return {stage: (capped, total) for stage, (capped, total) in counts.items()}
+
+
+def cap_notes(names: Sequence[str], dataset: str) -> list[str]:
+    """The footnote of the ``‡`` cells: each record set whose folds hit ``train.max_epochs``.
+    Such a fold trained shorter than its patience asks, so the setting was measured with the cap
+    binding, and the change shown is not the patience's alone."""
+    notes = []
+    for name in names:
+        for loss in FAMILIES:
+            paths = variant_paths(name, dataset, loss)
+            counts = capped_folds(paths)
+            if not any(n for n, _ in counts.values()):
+                continue
+            caps = sorted({int(load_record(p).document["config"]["train"]["max_epochs"]) for p in paths})
+            notes.append(
+                f"‡ `{name}` {loss}: "
+                + " and ".join(f"{n} of {total} {stage} folds" for stage, (n, total) in counts.items())
+                + f" stopped at `train.max_epochs` = {', '.join(map(str, caps))} before their patience ran"
+                " out. On those folds the cap, not the patience, ended training, so this check did not"
+                " measure the patience alone; a higher cap could only let them train longer."
+            )
+    return ["", *notes] if notes else []
 
 
 def within_seed_sd(paths: Sequence[Path], mode: str) -> tuple[float, int]:

@@ -231,3 +231,44 @@ def test_the_committed_tables_are_what_their_generating_command_writes(doc: str,
     out = tmp_path / doc
     assert sens.main([*argv[2:], "--out", str(out)]) == 0
     assert out.read_text() == committed
+
+
+def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant record whose fold trainings stopped at ``train.max_epochs`` (the cap, not the
+    patience) gets ``‡`` on its cells and a footnote counting those folds per stage; the same
+    record with every fold stopped by patience gets neither."""
+    import json
+
+    sens = _module()
+    source = sens.variant_paths("calibp10", "glyphs", "margin")[0]
+    for name in ("mini-earlier", "calibp10"):
+        (tmp_path / name).symlink_to(sens.OUT_ROOT / name)
+    monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
+    target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
+    target.parent.mkdir(parents=True)
+    document = json.loads(source.read_text())
+    target.write_text(json.dumps(document))
+
+    def margin_row(lines: list[str]) -> str:
+        (row,) = [line for line in lines if line.startswith("| margin |")]
+        return row
+
+    lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
+    assert "‡" not in margin_row(lines)
+    assert not [line for line in lines if line.startswith("‡")]
+
+    search_folds = [f for trial in document["search"]["trials"] for f in trial.get("folds") or []]
+    test_folds = [f for rep in document["test"]["rep_details"] for f in rep["folds"]]
+    for fold in (search_folds[0], search_folds[5], test_folds[3]):
+        fold["stopped_by"] = "max_epochs"
+    target.write_text(json.dumps(document))
+    lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
+    assert margin_row(lines).endswith(" ‡ |")
+    (note,) = [line for line in lines if line.startswith("‡")]
+    cap = document["config"]["train"]["max_epochs"]
+    assert note.startswith(
+        f"‡ `calibp10x2` margin: 2 of {len(search_folds)} search folds and 1 of {len(test_folds)} test "
+        f"folds stopped at `train.max_epochs` = {cap} before their patience ran out."
+    ), note
