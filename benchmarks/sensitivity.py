@@ -30,7 +30,10 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
   cut every fold of margin and contrastive. On glyphs margin it moved separated MAP@R by
   +3.55 +- 3.10, so patience 5 failed, and ``calibp10`` is today's ``mini`` (benchmark/budgets.py:
   its records are ``mini`` board records too); its doubled check is ``calibp10x2`` (patience 20,
-  20 trials): ``table --variants calibp10x2 --against calibp10`` (docs/calibration.md).
+  20 trials): ``table --variants calibp10x2 --against calibp10`` (docs/calibration.md). On
+  glyphs margin it moved separated MAP@R by +1.27 +- 3.10 (a pass), while its test folds replayed
+  at patience 10 keep checkpoints 2.11 +- 1.11 validation points lower and its 300-epoch cap ended
+  8 of its 96 folds (``‡`` in the table).
 
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::
