@@ -300,7 +300,7 @@ def table(
         lines.append("| " + " | ".join(cells) + " |")
     cap_lines = cap_notes([*variants, *([] if against is None else [against])], dataset)
     notes = (
-        [*cap_lines]
+        cap_lines
         if against is None
         else [*cap_lines, "", *check_notes(mode, variants, against, p_values, dataset)]
     )
@@ -321,18 +321,16 @@ def table(
 
 def capped_folds(paths: Sequence[Path]) -> dict[str, tuple[int, int]]:
     """Per stage (``search``, ``test``) of the records at ``paths``: how many fold trainings
-    stopped at ``train.max_epochs`` before their patience ran out, and how many there were."""
-    counts = {"search": [0, 0], "test": [0, 0]}
-    for path in paths:
-        record = load_record(path).document
-        stages = (
-            ("search", [f for trial in record["search"]["trials"] for f in trial.get("folds") or []]),
-            ("test", [f for rep in record["test"]["rep_details"] for f in rep["folds"]]),
+    stopped at ``train.max_epochs`` before their patience ran out, and how many there were (from
+    each record's :attr:`~benchmark.records.RunRecord.convergence` summary)."""
+    summaries = [load_record(path).convergence for path in paths]
+    return {
+        stage: (
+            sum(int(c[stage]["counts"].get("max_epochs", 0)) for c in summaries),
+            sum(int(c[stage]["n"]) for c in summaries),
         )
-        for stage, folds in stages:
-            counts[stage][0] += sum(f.get("stopped_by") == "max_epochs" for f in folds)
-            counts[stage][1] += len(folds)
-    return {stage: (capped, total) for stage, (capped, total) in counts.items()}
+        for stage in ("search", "test")
+    }
 
 
 def cap_notes(names: Sequence[str], dataset: str) -> list[str]:
