@@ -20,10 +20,11 @@ exists and its board settings equal those a run of this checkout would record (i
 resolved by the same preflight ``dmlbench run`` uses, with the trunk weights' checksum), compared
 by :func:`benchmark.records.settings_key`. Nothing is timed or trained to decide it.
 
-``run`` refuses a checkout with uncommitted changes to tracked files (the boards come from clean
-clones; ``--allow-dirty`` for trials), takes the machine's heavy-work lock around each run (one
-heavy job at a time; ``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where
-the board reads it. A run is ``dmlbench run`` itself, so an interrupted one resumes where it
+``run`` refuses a checkout with uncommitted changes to tracked source files (the boards come from
+clean clones; ``--allow-dirty`` for trials). What runs write under ``results/`` does not count, so
+a clone that has landed records resumes at the same code identity its run directories hold. It
+takes the machine's heavy-work lock around each run (one heavy job at a time;
+``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where the board reads it. A run is ``dmlbench run`` itself, so an interrupted one resumes where it
 stopped on the next call. Each run also rewrites the board's tables and plots in the clone from
 every record there, so as a record lands, copy ``results/<dataset>/mlrc/`` (records, tables,
 plots) from the clone into main, look at the plots, refresh the README excerpt
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from heavy_lock import run_heavy  # noqa: E402
 
+from benchmark.analysis.provenance import uncommitted_code_files  # noqa: E402
 from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
@@ -154,15 +155,13 @@ def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list
 
 
 def dirty_files() -> list[str]:
-    """Tracked files with uncommitted changes in this checkout (``git status``)."""
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+    """Tracked source files with uncommitted changes in this checkout.
+
+    What runs write under ``results/`` does not count, as for a record's code identity: a clone
+    that has landed records keeps regenerating at the same code (see
+    :func:`benchmark.analysis.provenance.uncommitted_code_files`).
+    """
+    return uncommitted_code_files(REPO)
 
 
 def parse_data_dirs(values: Sequence[str]) -> dict[str, Path]:
@@ -195,7 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     dirty = dirty_files()
     if dirty and not args.allow_dirty:
         print(
-            f"The checkout has uncommitted changes to {len(dirty)} tracked file(s) ({', '.join(dirty[:5])}); "
+            f"The checkout has uncommitted changes to {len(dirty)} tracked source file(s) "
+            f"({', '.join(dirty[:5])}); "
             "boards are regenerated from clean clones (--allow-dirty to run anyway).",
             file=sys.stderr,
         )

@@ -5,6 +5,7 @@ check, against a record a real run wrote, is in test_e2e_run.py)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,33 @@ def test_run_refuses_a_checkout_with_uncommitted_changes(
         calls.append(args)
         return 0
 
-    monkeypatch.setattr(rb.subprocess, "call", call)
+    monkeypatch.setattr(subprocess, "call", call)
     assert rb.main(["run", "--datasets", "glyphs", "--losses", "mfcont", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "uncommitted changes to 1 tracked file(s) (benchmark/budgets.py)" in err
+    assert "uncommitted changes to 1 tracked source file(s) (benchmark/budgets.py)" in err
     assert calls == []
+
+
+def test_what_runs_write_under_results_does_not_make_the_checkout_dirty(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A clone that has landed records resumes its regeneration; a changed source file still stops it."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "benchmark" / "budgets.py").write_text("x = 1\n")
+    (tmp_path / "results" / "leaderboard.md").write_text("old\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(rb, "REPO", tmp_path)
+    (tmp_path / "results" / "leaderboard.md").write_text("new\n")
+    assert rb.dirty_files() == []
+    (tmp_path / "benchmark" / "budgets.py").write_text("x = 2\n")
+    assert rb.dirty_files() == ["benchmark/budgets.py"]
 
 
 def test_run_command_is_dmlbench_run_into_the_boards_results(tmp_path: Path) -> None:
@@ -93,7 +116,7 @@ def test_run_reruns_each_stale_record_under_the_lock_and_stops_at_a_failure(
         ran.append(cmd)
         return next(codes)
 
-    monkeypatch.setattr(rb.subprocess, "call", call)
+    monkeypatch.setattr(subprocess, "call", call)
     args = ["run", "--datasets", "glyphs", "--losses", "ms,mfcont,contrastive", "--results", str(tmp_path)]
     assert rb.main(args) == 3  # the second stale record's run failed: nothing after it runs
     assert [cmd[cmd.index("--loss") + 1] for cmd in ran] == ["mfcont", "contrastive"]

@@ -13,6 +13,7 @@ Pure Python (no torch), so reports can use it without importing the training sta
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,26 @@ UNRECORDED = "unrecorded"
 CODE_FILE = "code.json"
 #: The command-line flag that allows resuming a run directory with other code.
 RESUME_FLAG = "--resume-mixed-code"
+#: The source tree minus what runs write: ``results/`` holds records, leaderboards and plots, so a
+#: second run in one checkout would otherwise call the first run's commit "dirty" although not a
+#: line of its code changed (git pathspec, relative to the checkout's top).
+CODE_PATHSPEC = ("--", ":(top)", ":(top,exclude)results")
+
+
+def uncommitted_code_files(root: Path) -> list[str]:
+    """Tracked files outside ``results/`` with uncommitted changes in the checkout holding ``root``.
+
+    Raises ``OSError`` or ``subprocess.SubprocessError`` where ``root`` is not in a git checkout.
+    """
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", *CODE_PATHSPEC],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    return [line[3:] for line in out.splitlines() if line.strip()]
 
 
 def short_code(identity: str) -> str:

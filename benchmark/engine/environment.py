@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from benchmark.analysis.provenance import CODE_PATHSPEC, uncommitted_code_files
 from benchmark.metrics.knn import gpu_search_enabled
 
 _PACKAGES = (
@@ -40,21 +41,10 @@ def git_commit(cwd: Path | None = None) -> dict[str, Any]:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", *_CODE_PATHS],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        dirty = uncommitted_code_files(root)
         return {"commit": sha, "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown", "dirty": None}
-
-
-# The source tree minus what runs write (see git_commit).
-_CODE_PATHS = ("--", ":(top)", ":(top,exclude)results")
 
 
 @functools.cache
@@ -79,7 +69,7 @@ def tree_identity(root: Path) -> str:
         return str(git["commit"])
     try:
         diff = subprocess.run(
-            ["git", "diff", "HEAD", *_CODE_PATHS], cwd=root, capture_output=True, check=True, timeout=10
+            ["git", "diff", "HEAD", *CODE_PATHSPEC], cwd=root, capture_output=True, check=True, timeout=10
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return f"{git['commit']}+dirty"
