@@ -24,11 +24,11 @@ by :func:`benchmark.records.settings_key`. Nothing is timed or trained to decide
 clean clones; ``--allow-dirty`` for trials). What runs write under ``results/`` does not count, so
 a clone that has landed records resumes at the same code identity its run directories hold. It
 takes the machine's heavy-work lock around each run (one heavy job at a time;
-``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where the board reads it. A run is ``dmlbench run`` itself, so an interrupted one resumes where it
-stopped on the next call. Each run also rewrites the board's tables and plots in the clone from
-every record there, so as a record lands, copy ``results/<dataset>/mlrc/`` (records, tables,
-plots) from the clone into main, look at the plots, refresh the README excerpt
-(``python -m benchmark.report.readme``) and commit.
+``DMLBENCH_HEAVY_LOCK`` names the lock file), and writes each record where the board reads it.
+A run is ``dmlbench run`` itself, so an interrupted one resumes where it stopped on the next call.
+Each run also rewrites the board's tables and plots in the clone from every record there, so as a
+record lands, copy ``results/<dataset>/mlrc/`` (records, tables, plots) from the clone into main,
+look at the plots, refresh the README excerpt (``python -m benchmark.report.readme``) and commit.
 
 ``adopt --from DIR`` takes records another script already made at today's settings instead of
 rerunning them: each planned record that the board lacks or holds at earlier settings is copied
