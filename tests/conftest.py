@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -58,3 +59,13 @@ def load_benchmark_script(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def committed_checkout(root: Path, files: dict[str, str]) -> None:
+    """A git repository at ``root`` holding ``files`` (relative path -> text) in one commit."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    commit = ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    for args in (("init", "-q"), ("add", "."), commit):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)

@@ -182,20 +182,11 @@ def test_unreadable_files_are_skipped_with_a_warning(
 
 def test_git_dirty_ignores_what_runs_write_under_results(tmp_path: Path) -> None:
     """A run's own outputs (results/) leave the commit clean; a changed source file makes it dirty."""
-    import subprocess
+    from conftest import committed_checkout
 
     from benchmark.engine.environment import git_commit
 
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "results").mkdir()
-    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
-    (tmp_path / "results" / "leaderboard.md").write_text("old\n")
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    committed_checkout(tmp_path, {"pkg/code.py": "x = 1\n", "results/leaderboard.md": "old\n"})
     (tmp_path / "results" / "leaderboard.md").write_text("new\n")
     assert git_commit(tmp_path / "pkg")["dirty"] is False
     (tmp_path / "pkg" / "code.py").write_text("x = 2\n")

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import load_benchmark_script
+from conftest import committed_checkout, load_benchmark_script
 
 from benchmark.losses import LOSSES
 
@@ -77,17 +77,7 @@ def test_what_runs_write_under_results_does_not_make_the_checkout_dirty(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A clone that has landed records resumes its regeneration; a changed source file still stops it."""
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    (tmp_path / "benchmark").mkdir()
-    (tmp_path / "results").mkdir()
-    (tmp_path / "benchmark" / "budgets.py").write_text("x = 1\n")
-    (tmp_path / "results" / "leaderboard.md").write_text("old\n")
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    committed_checkout(tmp_path, {"benchmark/budgets.py": "x = 1\n", "results/leaderboard.md": "old\n"})
     monkeypatch.setattr(rb, "REPO", tmp_path)
     (tmp_path / "results" / "leaderboard.md").write_text("new\n")
     assert rb.dirty_files() == []
