@@ -143,8 +143,17 @@ def _near_duplicates() -> np.ndarray:
     return np.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
 
 
+def _cpu_capability() -> str:
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def test_raw_faiss_scores_depend_on_the_openmp_thread_count() -> None:
-    """Why the next test exists: on this BLAS the same search on 1 and 2 threads rounds differently."""
+    """Why the next test exists: on some BLAS kernels the same search rounds differently on 1 and
+    2 threads. This is a fact about the machine, not about dmlbench: OpenBLAS's AVX2 kernels (AMD
+    EPYC) differ, its AVX512 kernels (Intel Xeon) were measured to agree. Where they agree the
+    next test has no thread-dependent rounding to guard against, and this one says so as a skip."""
     import faiss
 
     x = _near_duplicates()
@@ -158,7 +167,12 @@ def test_raw_faiss_scores_depend_on_the_openmp_thread_count() -> None:
             scores[threads] = index.search(x, 26)[0]
     finally:
         faiss.omp_set_num_threads(before)
-    assert not np.array_equal(scores[1], scores[2])
+    if np.array_equal(scores[1], scores[2]):
+        pytest.skip(
+            "raw faiss scores agree on 1 and 2 OpenMP threads on this machine "
+            f"(torch CPU capability {_cpu_capability()}), so the thread-count test below "
+            "passes here without exercising its fix"
+        )
 
 
 @pytest.mark.parametrize("space", ["cosine", "euclidean"])
