@@ -24,6 +24,7 @@ from conftest import OMNIGLOT, load_benchmark_script
 from record_factory import SCHEMA, run_record, searched, spread
 
 from benchmark.config import NEUTRAL_DEFAULTS
+from benchmark.data.registry import DATASETS
 from benchmark.errors import DmlbenchError
 from benchmark.records import (
     TRUNK_SHA256,
@@ -360,11 +361,13 @@ def test_committed_mini_boards_lead_with_this_checkouts_settings(dataset: str, t
     """While MLRC ``mini`` is regenerated, its first section is at the settings a run of this
     checkout records: the earlier records never take the budget's own label. The settings a run
     would record come from its preflighted config, which needs the dataset's folder where the
-    dataset reads files (Omniglot: ../shared/data/omniglot)."""
+    dataset reads files (the registry's ``requires_data_dir``; Omniglot: ../shared/data/omniglot)."""
     rb = load_benchmark_script("regenerate_boards")
     data_dirs = rb.parse_data_dirs([])
-    if dataset == "omniglot" and dataset not in data_dirs:
-        pytest.skip(f"the Omniglot data is not at {OMNIGLOT}: a run's settings cannot be preflighted")
+    if DATASETS.get(dataset).requires_data_dir and dataset not in data_dirs:
+        pytest.skip(
+            f"no {dataset} folder here (looked in {OMNIGLOT.parent}): a run's settings cannot be preflighted"
+        )
     lb = _committed_board(dataset, "mlrc", tmp_path)
     mini = [s for s in lb.sections if s.budget == "mini"]
     today = rb.target_key(rb.Entry(dataset, mini[0].chosen[0].loss, 0), data_dirs, RESULTS)
