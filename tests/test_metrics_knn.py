@@ -143,36 +143,40 @@ def _near_duplicates() -> np.ndarray:
     return np.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
 
 
-def _cpu_capability() -> str:
-    import torch
+@pytest.mark.parametrize("space", SPACES)
+@pytest.mark.parametrize("pool", [1, 2])
+def test_every_exact_search_runs_on_one_openmp_thread(
+    space: Space, pool: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism behind the next test, checked on any machine: OpenBLAS splits a product's
+    rounding by OpenMP thread on some kernels (measured: AVX2 on AMD EPYC differs between 1 and 2
+    threads, AVX512 on Intel Xeon agrees), so every faiss search is made on one OpenMP thread,
+    whatever the caller's setting and the pool's size. Removing that makes this test fail."""
+    from benchmark.metrics.knn import FlatIndex, knn_gallery_batches, set_search_threads
 
-    return str(torch.backends.cpu.get_cpu_capability())
+    seen: list[int] = []
+    search = FlatIndex.search
 
+    def spy(self: FlatIndex, queries: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(faiss.omp_get_max_threads())
+        return search(self, queries, m)
 
-def test_raw_faiss_scores_depend_on_the_openmp_thread_count() -> None:
-    """Why the next test exists: on some BLAS kernels the same search rounds differently on 1 and
-    2 threads. This is a fact about the machine, not about dmlbench: OpenBLAS's AVX2 kernels (AMD
-    EPYC) differ, its AVX512 kernels (Intel Xeon) were measured to agree. Where they agree the
-    next test has no thread-dependent rounding to guard against, and this one says so as a skip."""
-    import faiss
-
-    x = _near_duplicates()
+    monkeypatch.setattr(FlatIndex, "search", spy)
+    x = _near_duplicates()[:1200]
     before = faiss.omp_get_max_threads()
-    scores = {}
     try:
-        for threads in (1, 2):
-            faiss.omp_set_num_threads(threads)
-            index = faiss.IndexFlatIP(x.shape[1])
-            index.add(x)
-            scores[threads] = index.search(x, 26)[0]
+        faiss.omp_set_num_threads(2)
+        set_search_threads(pool)
+        knn(x, 25, space, query_batch=256)
+        for _ in knn_gallery_batches(x[:300], x, 25, space, query_batch=128):
+            pass
+        assert faiss.omp_get_max_threads() == 2, "the caller's OpenMP setting must be restored"
     finally:
         faiss.omp_set_num_threads(before)
-    if np.array_equal(scores[1], scores[2]):
-        pytest.skip(
-            "raw faiss scores agree on 1 and 2 OpenMP threads on this machine "
-            f"(torch CPU capability {_cpu_capability()}), so the thread-count test below "
-            "passes here without exercising its fix"
-        )
+        set_search_threads(None)
+    blocks = -(-len(x) // 256) + -(-300 // 128)
+    assert len(seen) >= blocks, f"expected at least one search per query block ({blocks}); saw {len(seen)}"
+    assert set(seen) == {1}, f"faiss searches ran on {sorted(set(seen))} OpenMP threads"
 
 
 @pytest.mark.parametrize("space", ["cosine", "euclidean"])
