@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Iterator
 
 import faiss
 import numpy as np
@@ -143,8 +144,20 @@ def _near_duplicates() -> np.ndarray:
     return np.asarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
 
 
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    """Give back faiss's OpenMP setting and the search pool's size after a test changes them."""
+    from benchmark.metrics.knn import set_search_threads
+
+    before = faiss.omp_get_max_threads()
+    yield
+    faiss.omp_set_num_threads(before)
+    set_search_threads(None)
+
+
 @pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize("pool", [1, 2])
+@pytest.mark.usefixtures("restore_threads")
 def test_every_exact_search_runs_on_one_openmp_thread(
     space: Space, pool: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,44 +175,31 @@ def test_every_exact_search_runs_on_one_openmp_thread(
         return search(self, queries, m)
 
     monkeypatch.setattr(FlatIndex, "search", spy)
-    x = _near_duplicates()[:1200]
-    before = faiss.omp_get_max_threads()
-    try:
-        faiss.omp_set_num_threads(2)
-        set_search_threads(pool)
-        knn(x, 25, space, query_batch=256)
-        for _ in knn_gallery_batches(x[:300], x, 25, space, query_batch=128):
-            pass
-        assert faiss.omp_get_max_threads() == 2, "the caller's OpenMP setting must be restored"
-    finally:
-        faiss.omp_set_num_threads(before)
-        set_search_threads(None)
-    blocks = -(-len(x) // 256) + -(-300 // 128)
+    x, n_queries, batch, gallery_batch = _near_duplicates()[:1200], 300, 256, 128
+    faiss.omp_set_num_threads(2)
+    set_search_threads(pool)
+    knn(x, 25, space, query_batch=batch)
+    for _ in knn_gallery_batches(x[:n_queries], x, 25, space, query_batch=gallery_batch):
+        pass
+    assert faiss.omp_get_max_threads() == 2, "the caller's OpenMP setting must be restored"
+    blocks = -(-len(x) // batch) + -(-n_queries // gallery_batch)
     assert len(seen) >= blocks, f"expected at least one search per query block ({blocks}); saw {len(seen)}"
     assert set(seen) == {1}, f"faiss searches ran on {sorted(set(seen))} OpenMP threads"
 
 
 @pytest.mark.parametrize("space", ["cosine", "euclidean"])
+@pytest.mark.usefixtures("restore_threads")
 def test_rankings_do_not_depend_on_the_thread_count(space: Space) -> None:
     """The process's OpenMP setting and the search pool's size change speed, not neighbours."""
-    import faiss
-
     from benchmark.metrics.knn import knn_gallery_batches, set_search_threads
 
     x = _near_duplicates()
-    before = faiss.omp_get_max_threads()
     results = []
-    try:
-        for omp, pool in ((1, 1), (2, 1), (2, 2), (1, 3)):
-            faiss.omp_set_num_threads(omp)
-            set_search_threads(pool)
-            gallery = np.concatenate(
-                [b for _, b in knn_gallery_batches(x[:700], x, 25, space, query_batch=256)]
-            )
-            results.append((knn(x, 25, space, query_batch=1024), gallery))
-    finally:
-        faiss.omp_set_num_threads(before)
-        set_search_threads(None)
+    for omp, pool in ((1, 1), (2, 1), (2, 2), (1, 3)):
+        faiss.omp_set_num_threads(omp)
+        set_search_threads(pool)
+        gallery = np.concatenate([b for _, b in knn_gallery_batches(x[:700], x, 25, space, query_batch=256)])
+        results.append((knn(x, 25, space, query_batch=1024), gallery))
     for neighbours, gallery in results[1:]:
         np.testing.assert_array_equal(neighbours, results[0][0])
         np.testing.assert_array_equal(gallery, results[0][1])
