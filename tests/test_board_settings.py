@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OMNIGLOT, load_benchmark_script
+from conftest import load_benchmark_script
 from record_factory import SCHEMA, run_record, searched, spread
 
 from benchmark.config import NEUTRAL_DEFAULTS
@@ -365,9 +365,8 @@ def test_committed_mini_boards_lead_with_this_checkouts_settings(dataset: str, t
     rb = load_benchmark_script("regenerate_boards")
     data_dirs = rb.parse_data_dirs([])
     if DATASETS.get(dataset).requires_data_dir and dataset not in data_dirs:
-        pytest.skip(
-            f"no {dataset} folder here (looked in {OMNIGLOT.parent}): a run's settings cannot be preflighted"
-        )
+        looked = rb.DEFAULT_DATA_DIRS.get(dataset, "no default folder")
+        pytest.skip(f"no {dataset} folder here (looked at {looked}): a run's settings cannot be preflighted")
     lb = _committed_board(dataset, "mlrc", tmp_path)
     mini = [s for s in lb.sections if s.budget == "mini"]
     today = rb.target_key(rb.Entry(dataset, mini[0].chosen[0].loss, 0), data_dirs, RESULTS)
