@@ -15,6 +15,7 @@ from benchmark.stats.power import difference_df, difference_se, min_detectable_d
 from benchmark.stats.seeds import (
     SCOPE_BOTH,
     SCOPE_TRAINING,
+    contrast,
     difference,
     pooled_seed_variance,
     pooled_within_variance,
@@ -52,6 +53,39 @@ def test_two_one_seed_rows_are_welch() -> None:
     d = difference(training_estimate(a), training_estimate(b))
     t, p = welch_t_test(a, b)
     assert d.t == pytest.approx(t, rel=1e-10) and d.p == pytest.approx(p, rel=1e-9)
+
+
+def test_a_contrast_of_one_seed_rows_matches_a_hand_computed_welch_satterthwaite() -> None:
+    """A family gap: mean of two rows minus a third, recomputed from the repetitions by hand."""
+    reps = ([0.61, 0.63, 0.60, 0.64], [0.58, 0.57, 0.60, 0.59], [0.50, 0.55, 0.52, 0.49])
+    weights = (0.5, 0.5, -1.0)
+    got = contrast([(c, training_estimate(list(r))) for c, r in zip(weights, reps, strict=True)])
+    means = [float(np.mean(r)) for r in reps]
+    var_means = [float(np.var(r, ddof=1)) / len(r) for r in reps]
+    parts = [c * c * v for c, v in zip(weights, var_means, strict=True)]
+    df = sum(parts) ** 2 / sum(w * w / (len(r) - 1) for w, r in zip(parts, reps, strict=True))
+    se = math.sqrt(sum(parts))
+    diff = sum(c * m for c, m in zip(weights, means, strict=True))
+    assert got.diff == pytest.approx(diff, rel=1e-12) and got.se == pytest.approx(se, rel=1e-12)
+    assert got.df == pytest.approx(df, rel=1e-12)
+    assert got.p == pytest.approx(2 * scipy.stats.t.sf(abs(diff / se), df), rel=1e-9)
+    lo, hi = got.interval()
+    assert hi - diff == pytest.approx(scipy.stats.t.ppf(0.975, df) * se, rel=1e-9) and lo < diff < hi
+
+
+def test_a_contrast_of_rows_of_one_pool_tests_on_the_pool_df_and_difference_is_a_contrast() -> None:
+    rows = [[[0.50, 0.52], [0.55, 0.53]], [[0.40, 0.41], [0.43, 0.42]], [[0.45, 0.44], [0.47, 0.49]]]
+    a, b, c = row_estimates(rows)
+    gap = contrast([(0.5, a), (0.5, b), (-1.0, c)])
+    assert gap.df == 3  # 3 rows x (2 seeds - 1): the pool's, not Welch-Satterthwaite's
+    assert gap.se == pytest.approx(math.sqrt(a.var_mean / 4 + b.var_mean / 4 + c.var_mean))
+    assert difference(a, b) == contrast([(1.0, a), (-1.0, b)])
+
+
+def test_a_contrast_without_terms_is_an_error_and_an_unknown_variance_gives_nan() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        contrast([])
+    assert math.isnan(contrast([(1.0, training_estimate([0.5]))]).se)
 
 
 def _simulate(n_sims: int, losses: int, seeds: int, reps: int, sa: float, se: float, seed: int) -> np.ndarray:

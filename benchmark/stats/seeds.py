@@ -171,21 +171,36 @@ def difference(a: Estimate, b: Estimate) -> Difference:
     pooled two-sample t-test of seed means). Otherwise Welch-Satterthwaite degrees of freedom:
     for two one-seed rows this is exactly Welch's t-test of their repetitions.
     """
+    return contrast(((1.0, a), (-1.0, b)))
+
+
+def contrast(terms: Sequence[tuple[float, Estimate]]) -> Difference:
+    """The linear combination ``sum(c * row.mean)`` of independent rows, tested against 0.
+
+    Its variance is ``sum(c**2 * row.var_mean)``. Rows that all share one column's pooled seed
+    variance (all pooled, equal degrees of freedom) test on that pool's degrees of freedom;
+    otherwise on the Welch-Satterthwaite degrees of freedom of the combination (for ``a - b`` of
+    two one-seed rows: Welch's t-test; rows of different pools: an approximation). A family gap
+    (mean of one group of rows minus the mean of another) is the contrast with weights
+    ``1/n_1`` and ``-1/n_2``; it describes those rows, not a population of losses.
+    """
     import scipy.stats
 
-    d = a.mean - b.mean
-    v = a.var_mean + b.var_mean
-    if any(math.isnan(x) for x in (d, v, a.df, b.df)):
+    if not terms:
+        raise ValueError("A contrast needs at least one (weight, estimate) term, got none.")
+    d = math.fsum(c * e.mean for c, e in terms)
+    parts = [(c * c * e.var_mean, e.df) for c, e in terms]
+    v = math.fsum(w for w, _ in parts)
+    if any(math.isnan(x) for x in (d, v)) or any(math.isnan(df) for _, df in parts):
         return Difference(d, math.nan, math.nan, math.nan, math.nan)
     if v == 0.0:
         if d == 0.0:
             return Difference(d, 0.0, math.nan, math.nan, math.nan)
         return Difference(d, 0.0, math.inf, math.copysign(math.inf, d), 0.0)
-    if a.pooled and b.pooled:
-        df = a.df
+    if all(e.pooled for _, e in terms) and len({e.df for _, e in terms}) == 1:
+        df = terms[0][1].df
     else:
-        parts = [x.var_mean**2 / x.df for x in (a, b) if x.var_mean > 0]
-        df = v**2 / sum(parts)
+        df = v**2 / math.fsum(w**2 / f for w, f in parts if w > 0)
     se = math.sqrt(v)
     t = d / se
     p = float(2.0 * scipy.stats.t.sf(abs(t), df))
