@@ -87,6 +87,7 @@ from benchmark.records import RunRecord, load_record  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
     Estimate,
+    contrast,
     difference,
     pooled_seed_variance,
     pooled_within_variance,
@@ -228,18 +229,17 @@ def fmt(value: float, half: float) -> str:
 
 
 def gap(estimates: dict[str, Estimate]) -> Estimate:
-    """Mean of the class/proxy rows minus the mean of the pair rows (variances summed)."""
+    """Mean of the class/proxy rows minus the mean of the pair rows: the :func:`contrast` of the
+    rows (all on the pooled tau^2, so its df is the pool's), as an estimate to difference."""
     fams = {
         f: [estimates[loss] for loss, g in FAMILIES.items() if g == f and loss in estimates]
         for f in ("class/proxy", "pair")
     }
-    mean = sum(e.mean for e in fams["class/proxy"]) / len(fams["class/proxy"]) - sum(
-        e.mean for e in fams["pair"]
-    ) / len(fams["pair"])
-    var = sum(e.var_mean for e in fams["class/proxy"]) / len(fams["class/proxy"]) ** 2
-    var += sum(e.var_mean for e in fams["pair"]) / len(fams["pair"]) ** 2
+    terms = [(1.0 / len(fams["class/proxy"]), e) for e in fams["class/proxy"]]
+    terms += [(-1.0 / len(fams["pair"]), e) for e in fams["pair"]]
+    d = contrast(terms)
     any_e = next(iter(estimates.values()))
-    return Estimate(mean, var, any_e.df, 0, 0, any_e.scope, pooled=True)
+    return Estimate(d.diff, d.se**2, d.df, 0, 0, any_e.scope, pooled=True)
 
 
 def variant_paths(variant: str, dataset: str, loss: str) -> list[Path]:

@@ -272,3 +272,26 @@ def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
         f"‡ `calibp10x2` margin: 2 of {len(search_folds)} search folds and 1 of {len(test_folds)} test "
         f"folds stopped at `train.max_epochs` = {cap} before their patience ran out."
     ), note
+
+
+def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
+    sens = _module()
+    means = {
+        "contrastive": 0.50,
+        "triplet": 0.52,
+        "ms": 0.48,
+        "margin": 0.54,
+        "arcface": 0.60,
+        "proxyanchor": 0.58,
+    }
+    var = {loss: 1e-4 * (i + 1) for i, loss in enumerate(means)}
+    est = {
+        loss: sens.Estimate(m, var[loss], 7.0, 3, 12, "search and training seeds", pooled=True)
+        for loss, m in means.items()
+    }
+    got = sens.gap(est)
+    pair = [x for x, f in sens.FAMILIES.items() if f == "pair"]
+    cls = [x for x, f in sens.FAMILIES.items() if f == "class/proxy"]
+    assert got.mean == pytest.approx(np.mean([means[x] for x in cls]) - np.mean([means[x] for x in pair]))
+    by_hand = sum(var[x] for x in cls) / len(cls) ** 2 + sum(var[x] for x in pair) / len(pair) ** 2
+    assert got.var_mean == pytest.approx(by_hand, rel=1e-12) and got.df == 7.0
