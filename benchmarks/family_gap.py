@@ -163,6 +163,8 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
 def records_at(rev: str, datasets: Sequence[str], into: Path, repo: Path = REPO) -> Path:
     """The datasets' MLRC records as committed at ``rev`` in ``repo``, extracted under
     ``into``/results (a dataset without records at ``rev`` is left out)."""
+    if _git(repo, "cat-file", "-e", f"{rev}^{{commit}}").returncode != 0:
+        raise SystemExit(f"--before-rev {rev!r} is not a commit of the repository at {repo}.")
     paths = [f"results/{d}/mlrc/records" for d in datasets]
     have = [p for p in paths if _git(repo, "cat-file", "-e", f"{rev}:{p}").returncode == 0]
     if have:

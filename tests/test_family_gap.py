@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 import scipy.stats
 from conftest import committed_checkout, load_benchmark_script
 from record_factory import run_record
@@ -123,3 +124,5 @@ def test_the_before_board_is_read_from_a_commit(tmp_path: Path) -> None:
         f"{x}.mini.seed0.json" for x in BEFORE
     )
     assert not (got / "omniglot").exists()
+    with pytest.raises(SystemExit, match="'nope' is not a commit"):
+        fg.records_at("nope", ["glyphs"], tmp_path / "out2", repo=repo)
