@@ -141,9 +141,9 @@ def dataset_lines(results_dir: Path, before_dir: Path, before_rev: str, dataset:
     lines.append(line(tag, by_mode(before)))
     if today is None or today.settings_key == before.settings_key:
         return lines
-    now = by_mode(today)
-    shared = sorted(set(now[MODES[0][0]]) & set(by_mode(before)[MODES[0][0]]))
-    if len(shared) < len(by_mode(before)[MODES[0][0]]):
+    now, then = by_mode(today), by_mode(before)
+    shared = sorted(set(now[MODES[0][0]]) & set(then[MODES[0][0]]))
+    if len(shared) < len(then[MODES[0][0]]):
         lines.append(line(f"{tag}, today's losses only", by_mode(before, shared)))
     same_now, same_before = by_mode(today, shared), by_mode(before, shared)
     lines.append(
