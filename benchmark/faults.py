@@ -24,13 +24,14 @@ KILL_POINTS = (
 )
 
 
-#: ``INT`` sends SIGINT instead (an interrupt the process can clean up after, as Ctrl-C).
+#: ``INT`` sends SIGINT instead (an interrupt the process can clean up after, as Ctrl-C), ``TERM``
+#: SIGTERM (what a batch scheduler or ``kill`` sends).
 SIGNAL_ENV = "DMLBENCH_KILL_SIGNAL"
+SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM}
 
 
 def kill_point(name: str) -> None:
-    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT with
-    ``DMLBENCH_KILL_SIGNAL=INT``)."""
+    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT or SIGTERM with
+    ``DMLBENCH_KILL_SIGNAL=INT`` or ``TERM``)."""
     if os.environ.get(ENV) == name:
-        sig = signal.SIGINT if os.environ.get(SIGNAL_ENV) == "INT" else signal.SIGKILL
-        os.kill(os.getpid(), sig)
+        os.kill(os.getpid(), SIGNALS.get(os.environ.get(SIGNAL_ENV, ""), signal.SIGKILL))

@@ -17,11 +17,13 @@ from benchmark.faults import ENV, SIGNAL_ENV
 pytestmark = pytest.mark.slow
 
 
-def run(root: Path, cache: Path, interrupt_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    root: Path, cache: Path, interrupt_at: str | None = None, signal_name: str = "INT"
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DMLBENCH_CACHE": str(cache)}
     env.pop(ENV, None)
     if interrupt_at is not None:
-        env[ENV], env[SIGNAL_ENV] = interrupt_at, "INT"
+        env[ENV], env[SIGNAL_ENV] = interrupt_at, signal_name
     return subprocess.run(
         [sys.executable, "-m", "benchmark.cli.main", *ARGS, "--out", str(root / "runs"),
          "--results-dir", str(root / "results")],
@@ -57,3 +59,15 @@ def test_timings_add_up_over_invocations_and_a_finished_rerun_is_a_no_op(
     path.unlink()
     assert run(tmp_path, cache_dir).returncode == 0
     assert path.read_bytes() == before
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path: Path, cache_dir: Path) -> None:
+    """SIGTERM (a scheduler, ``timeout``, ``kill``) takes the Ctrl-C path: message, exit 143, and
+    the timings so far saved, which the signal's default (the process ends at once) would lose."""
+    terminated = run(tmp_path, cache_dir, interrupt_at="search.trial_told:1", signal_name="TERM")
+    assert terminated.returncode == 143, terminated.stderr[-2000:]
+    assert "dmlbench: terminated (SIGTERM)" in terminated.stderr
+    assert "Traceback" not in terminated.stderr
+    (run_dir,) = (tmp_path / "runs" / "glyphs" / "mlrc").iterdir()
+    (saved,) = json.loads((run_dir / "timings.json").read_text())
+    assert saved["total"] > 0 and saved["search"] > 0
