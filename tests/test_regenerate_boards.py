@@ -62,11 +62,10 @@ def test_run_refuses_a_checkout_with_uncommitted_changes(
     monkeypatch.setattr(rb, "dirty_files", lambda: ["benchmark/budgets.py"])
     calls: list[object] = []
 
-    def call(*args: object, **kwargs: object) -> int:
+    def popen(*args: object, **kwargs: object) -> None:
         calls.append(args)
-        return 0
 
-    monkeypatch.setattr(subprocess, "call", call)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     assert rb.main(["run", "--datasets", "glyphs", "--losses", "mfcont", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "uncommitted changes to 1 tracked source file(s) (benchmark/budgets.py)" in err
@@ -102,11 +101,15 @@ def test_run_reruns_each_stale_record_under_the_lock_and_stops_at_a_failure(
     codes = iter([0, 3])
     ran: list[list[str]] = []
 
-    def call(cmd: list[str], cwd: Path) -> int:
-        ran.append(cmd)
-        return next(codes)
+    class FakeRun:  # what run_heavy starts, in place of a real (hours-long) dmlbench run
+        def __init__(self, cmd: list[str], cwd: Path) -> None:
+            ran.append(cmd)
+            self.code = next(codes)
 
-    monkeypatch.setattr(subprocess, "call", call)
+        def wait(self, timeout: float | None = None) -> int:
+            return self.code
+
+    monkeypatch.setattr(subprocess, "Popen", FakeRun)
     args = ["run", "--datasets", "glyphs", "--losses", "ms,mfcont,contrastive", "--results", str(tmp_path)]
     assert rb.main(args) == 3  # the second stale record's run failed: nothing after it runs
     assert [cmd[cmd.index("--loss") + 1] for cmd in ran] == ["mfcont", "contrastive"]
