@@ -376,9 +376,18 @@ class RunRecord:
         return convergence_summary(self.document)
 
     def training_wall_s(self) -> float | None:
-        """``timings_s["search"] + timings_s["test"]``, None when either is missing."""
+        """``timings_s["search"] + timings_s["test"]``, None when either is missing (a lower bound
+        when :attr:`invocations_without_timings` is above 0)."""
         search, test = self.timings_s.get("search"), self.timings_s.get("test")
         return None if search is None or test is None else search + test
+
+    @property
+    def invocations_without_timings(self) -> int | None:
+        """Invocations of the run that ended without saving their timings (a SIGKILL, a power loss):
+        above 0, ``timings_s`` misses their time. None where the record cannot tell (written before
+        runs counted their starts, resumed in a run directory from then, or with a database study)."""
+        value = (self.parsed.get("execution") or {}).get("invocations_without_timings")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # -- validation -------------------------------------------------------------------------------

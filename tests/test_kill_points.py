@@ -128,6 +128,10 @@ def test_killed_at_every_point_then_resumed_equals_an_uninterrupted_run(
     assert all(t["state"] == "COMPLETE" for t in rec["search"]["trials"])
     assert len(rec["test"]["rep_details"]) == REPS
     assert comparable(rec) == comparable(record(tmp_path / "reference"))
+    # The 6 invocations SIGKILLed before the record existed saved no timings; the record says so.
+    assert rec["execution"]["invocations"] == 1
+    assert rec["execution"]["invocations_without_timings"] == KILLS.index("record.run_dir")
+    assert record(tmp_path / "reference")["execution"]["invocations_without_timings"] == 0
     leaderboard = (root / "results" / "glyphs" / "mlrc" / "leaderboard.md").read_text()
     assert "Contrastive" in leaderboard
 

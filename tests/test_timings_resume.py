@@ -47,6 +47,7 @@ def test_timings_add_up_over_invocations_and_a_finished_rerun_is_a_no_op(
     path = tmp_path / "results" / "glyphs" / "mlrc" / "records" / "contrastive.smoke.seed0.json"
     record = json.loads(path.read_text())
     assert record["execution"]["invocations"] == 2
+    assert record["execution"]["invocations_without_timings"] == 0  # the interrupted one saved its share
     # The total covers both invocations: more than the interrupted one's alone.
     assert record["timings_s"]["total"] > first["total"]
     assert record["timings_s"]["search"] >= first["search"]

@@ -55,6 +55,9 @@ RECORD_SCHEMA = SCHEMA
 
 #: Timings of the invocations that worked in a run directory without finishing it.
 TIMINGS_FILE = "timings.json"
+#: When each owner invocation of a run directory started: one more entry than timings were saved
+#: means an invocation ended without saving them (SIGKILL, power loss), and its time is not counted.
+STARTS_FILE = "invocations.json"
 
 
 def add_timings(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -216,6 +219,8 @@ class ProtocolRun:
         # Reused as it is when this code wrote it; other code (--resume-mixed-code) rewrites it, so
         # that the record names its writer (docs/protocols.md §6).
         self.finished_before = self.resumed and self._written_by_this_code(self.run_dir / "record.json")
+        if self.__dict__.get("_lock") is not None and not self.finished_before:
+            self._stamp_start()
         self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
 
     # -- step 5: the protocol's -----------------------------------------------------------------
@@ -305,7 +310,11 @@ class ProtocolRun:
         self.record = cast(dict[str, Any], self.build_record())
         earlier = self.earlier_timings()
         self.record["timings_s"] = add_timings([*earlier, dict(self.watch.timings)])
-        self.record.setdefault("execution", {})["invocations"] = len(earlier) + 1
+        execution = self.record.setdefault("execution", {})
+        execution["invocations"] = len(earlier) + 1
+        started = len(self._starts())
+        if started >= len(earlier) + 1:  # else the run directory predates the stamps: unknown
+            execution["invocations_without_timings"] = started - (len(earlier) + 1)
         # Which code trained its folds (from the folds themselves: every protocol's, plugins' too)
         # and which wrote it.
         self.record["code"] = code_summary(self.record, code_identity(), self.code_history)
@@ -327,6 +336,16 @@ class ProtocolRun:
         path = self.run_dir / TIMINGS_FILE
         data = read_json(path) if path.exists() else []
         return [dict(t) for t in data] if isinstance(data, list) else []
+
+    def _starts(self) -> list[str]:
+        path = self.run_dir / STARTS_FILE
+        data = read_json(path) if path.exists() else []
+        return [str(t) for t in data] if isinstance(data, list) else []
+
+    def _stamp_start(self) -> None:
+        """Add this invocation's start to ``invocations.json`` (the owner's, before any work)."""
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        write_json_atomic(self.run_dir / STARTS_FILE, [*self._starts(), now])
 
     def save_unfinished_timings(self) -> None:
         """Append this invocation's timings to ``timings.json`` when it ends without a record (an

@@ -37,6 +37,7 @@ _CSV_FIELDS = (
     "test_median_fold_wall_s",
     "fold_epochs",
     "training_wall_s",
+    "invocations_without_timings",
     "cpu_capability",
     "commit",
 )
@@ -50,6 +51,12 @@ def _cpu(record: RunRecord) -> str:
 
 def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def _wall(values: Mapping[str, Any]) -> str:
+    """The training wall time, ``≥``-prefixed when invocations without timings make it a lower bound."""
+    text = _num(values["training_wall_s"], ".0f")
+    return f"≥ {text}" if values["invocations_without_timings"] and text != "–" else text
 
 
 def convergence_values(record: RunRecord) -> dict[str, Any]:
@@ -66,6 +73,7 @@ def convergence_values(record: RunRecord) -> dict[str, Any]:
         "test_median_fold_wall_s": stats["test"]["median_wall_s"],
         "fold_epochs": stats["search"]["epochs"] + stats["test"]["epochs"],
         "training_wall_s": record.training_wall_s(),
+        "invocations_without_timings": record.invocations_without_timings,
         "cpu_capability": _cpu(record),
         "commit": record.commit,
     }
@@ -78,7 +86,8 @@ def convergence_markdown(lb: Leaderboard) -> str:
         "",
         "Fold trainings stopped by patience (search, test), the run's verdict, the median best epoch "
         "and median wall time of the fold trainings (search / test), all fold epochs, and the "
-        "record's training time (search + test); `*`: stops derived for an older record.",
+        "record's training time (search + test); `*`: stops derived for an older record; `≥`: a "
+        "lower bound, some invocations of the run ended without saving their timings (SIGKILL).",
     ]
     for section in lb.sections:
         lines += [
@@ -98,7 +107,7 @@ def convergence_markdown(lb: Leaderboard) -> str:
             lines.append(
                 f"| {record.loss} | {format_share(v['search'])} | {format_share(v['test'])} | "
                 f"{v['verdict']} | {best} | {wall} | {v['fold_epochs']} | "
-                f"{_num(v['training_wall_s'], '.0f')} | {v['cpu_capability']} | {v['commit']} |"
+                f"{_wall(v)} | {v['cpu_capability']} | {v['commit']} |"
             )
     return "\n".join(lines) + "\n"
 
