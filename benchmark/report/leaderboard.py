@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark import records as record_schema
+from benchmark.analysis.bounds import BOUND_TOLERANCE, bound_hits
 from benchmark.analysis.convergence import EXEMPT_BUDGETS, RULE
 from benchmark.analysis.provenance import short_code
 from benchmark.errors import DmlbenchError, UnknownNameError
@@ -743,6 +744,26 @@ def code_footer(records: Sequence[RecordLike]) -> list[str]:
     return out
 
 
+def bound_footer(records: Sequence[RecordLike]) -> list[str]:
+    """A footer line naming each record whose best setting lies at a bound of its searched range
+    (:func:`benchmark.analysis.bounds.bound_hits`)."""
+    parts = []
+    for r in map(as_record, records):
+        # A record may lack parts of its search (older or partial records).
+        search: Mapping[str, Any] = r.search or {}
+        hits = bound_hits(search.get("space") or {}, search.get("best_params") or {})
+        if hits:
+            label = r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
+            parts.append(f"{label}: " + ", ".join(h.describe() for h in hits))
+    if not parts:
+        return []
+    return [
+        f"Best setting at a bound of its searched range (within {BOUND_TOLERANCE:.0%} of the width, "
+        "on the scale searched): a better one may lie outside the range, unless the bound is the "
+        "loss's natural limit. " + "; ".join(parts) + "."
+    ]
+
+
 def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
     """A warning line when the records behind a table were trained with different torch threads
     per fold or on different CPU kinds: their numbers are then not bit-for-bit comparable (fold
@@ -901,7 +922,9 @@ def _markdown_footer(s: Section) -> list[str]:
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]
     out += code_footer(s.chosen)
-    out += reproducibility_footer([r for row in s.trained for r in _row_records(s, row)])
+    seeds = [r for row in s.trained for r in _row_records(s, row)]
+    out += bound_footer(seeds)
+    out += reproducibility_footer(seeds)
     devs = s.deviations()
     if devs:
         out += ["", "Deviations from the paper protocol:", ""]
