@@ -153,7 +153,13 @@ def test_a_run_resumed_with_other_code_is_refused_or_marked_mixed(
     monkeypatch.setattr(base, "code_identity", lambda: NEW)
     with pytest.raises(DmlbenchError, match=RESUME_FLAG):
         MLRCRun(_request(tmp_path)).run()
+    # The refused invocation did no work: it neither saved timings nor counts as an invocation.
+    (run_dir,) = (tmp_path / "runs" / "glyphs" / "mlrc").iterdir()
+    assert not (run_dir / "timings.json").exists()
     second = MLRCRun(_request(tmp_path, resume_mixed_code=True)).run().record
+    # The rewritten record's timings are its own invocation's: the first one's are not in them.
+    assert second["execution"]["invocations"] == 1
+    assert second["execution"]["invocations_without_timings"] == 1
     # Every fold was reused: trained by the first code, written by the second.
     assert second["code"]["folds"] == {here: n_folds}
     assert second["code"]["writer"] == NEW and second["code"]["mixed"] is True

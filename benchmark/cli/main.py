@@ -60,7 +60,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
     previous = signal.getsignal(signal.SIGTERM)
-    if previous == signal.SIG_IGN:
+    if previous is None or previous == signal.SIG_IGN:  # None: a handler set outside Python, kept
         yield
         return
     signal.signal(signal.SIGTERM, _raise_terminated)

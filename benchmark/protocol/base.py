@@ -346,6 +346,7 @@ class ProtocolRun:
         """Add this invocation's start to ``invocations.json`` (the owner's, before any work)."""
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         write_json_atomic(self.run_dir / STARTS_FILE, [*self._starts(), now])
+        self._stamped = True
 
     def save_unfinished_timings(self) -> None:
         """Append this invocation's timings to ``timings.json`` when it ends without a record (an
@@ -355,6 +356,8 @@ class ProtocolRun:
             return
         if getattr(self, "finished_before", False):
             return  # the run had finished: its record stays as it is
+        if not getattr(self, "_stamped", False):
+            return  # stopped before its start stamp (a refused resume): no work, no invocation
         # The error being raised matters more than this invocation's timings.
         with contextlib.suppress(OSError, DmlbenchError):
             write_json_atomic(
