@@ -8,9 +8,10 @@ Per budget (numbers of different budgets are not comparable), using the newest r
   validation MAP@R, ± fold standard error) per trial, best-so-far line, best trial starred, failed
   and pruned trials marked at the bottom.
 - ``val_curves-<budget>``: validation MAP@R per epoch for each fold of the best trial.
-- ``wall_time-<budget>``: test MAP@R (± CI) against training wall time = the record's
-  ``timings_s["search"] + timings_s["test"]`` (wall-clock of the search and test stages of the
-  last invocation; a resumed run counts only the part it ran).
+- ``wall_time-<budget>``: test MAP@R (± CI) against training cost in fold epochs (search + test
+  stages), a unit that depends on neither the host nor its load, unlike the record's
+  ``timings_s`` (which also miss the time of an invocation that ended without saving them; the
+  file keeps its name).
 - ``importance-<budget>``: hyperparameter importance per loss by Optuna's PED-ANOVA
   (:class:`optuna.importance.PedAnovaImportanceEvaluator`) over the record's complete trials, on
   an in-memory study rebuilt from them; losses with fewer than :data:`MIN_IMPORTANCE_TRIALS`
