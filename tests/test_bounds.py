@@ -10,6 +10,7 @@ from test_report_tiers import _board
 
 from benchmark.analysis.bounds import BOUND_TOLERANCE, BoundHit, bound_hits, position
 from benchmark.report.leaderboard import build_leaderboard, markdown_text
+from benchmark.report.tables import json_data
 
 SPACE = {
     "margin": {"low": 0.0, "high": 1.0, "log": False},
@@ -64,11 +65,13 @@ def test_the_leaderboard_names_each_seed_whose_best_setting_is_at_a_bound() -> N
     board = _board()
     for r in board:
         r["search"] = _search({"margin": 0.5, "scale": 3.0, "param_lr": 1e-3})
-    clean = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
-    assert "Best setting at a bound" not in clean
+    clean = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
+    assert "Best setting at a bound" not in markdown_text(clean)
+    assert "search_bounds" not in json_data(clean)["budgets"][0]  # optional: absent when none
     board[0]["search"] = _search({"margin": 1.0, "scale": 200.0, "param_lr": 1e-3})
     board[4]["search"] = _search({"margin": 0.5, "scale": 3.0, "param_lr": 1e-6})
-    text = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
+    text = markdown_text(lb)
     labels = [f"{r['loss']}/seed{r['seed']}" for r in (board[0], board[4])]
     assert (
         "Best setting at a bound of its searched range (within 1% of the width, on the scale "
@@ -76,3 +79,30 @@ def test_the_leaderboard_names_each_seed_whose_best_setting_is_at_a_bound() -> N
         f"limit. {labels[0]}: margin = 1 (high bound 1), scale = 200 (high bound 200); "
         f"{labels[1]}: param_lr = 1e-06 (low bound 1e-06)." in text
     )
+    # The JSON board holds the same values, one entry per hyperparameter at a bound.
+    assert json_data(lb)["budgets"][0]["search_bounds"] == [
+        {
+            "loss": board[0]["loss"],
+            "seed": board[0]["seed"],
+            "name": "margin",
+            "value": 1.0,
+            "bound": 1.0,
+            "side": "high",
+        },
+        {
+            "loss": board[0]["loss"],
+            "seed": board[0]["seed"],
+            "name": "scale",
+            "value": 200.0,
+            "bound": 200.0,
+            "side": "high",
+        },
+        {
+            "loss": board[4]["loss"],
+            "seed": board[4]["seed"],
+            "name": "param_lr",
+            "value": 1e-6,
+            "bound": 1e-6,
+            "side": "low",
+        },
+    ]

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark import records as record_schema
-from benchmark.analysis.bounds import BOUND_TOLERANCE, bound_hits
+from benchmark.analysis.bounds import BOUND_TOLERANCE, BoundHit, bound_hits
 from benchmark.analysis.convergence import EXEMPT_BUDGETS, RULE
 from benchmark.analysis.provenance import short_code
 from benchmark.errors import DmlbenchError, UnknownNameError
@@ -503,6 +503,11 @@ class Section:
         """Whether some row folds several search seeds."""
         return any(len(r.seeds) > 1 for r in self.trained)
 
+    def seed_records(self) -> list[RunRecord]:
+        """The records behind the trained rows, one per seed."""
+        per_loss = replicates_per_loss(self.records)
+        return [r for row in self.trained for r in per_loss.get(row.loss, []) if r.seed in row.seeds]
+
     def search_trials(self) -> dict[str, tuple[int, int]]:
         """Per loss: (complete search trials, planned trials); losses without a search left out."""
         return {
@@ -744,17 +749,25 @@ def code_footer(records: Sequence[RecordLike]) -> list[str]:
     return out
 
 
-def bound_footer(records: Sequence[RecordLike]) -> list[str]:
-    """A footer line naming each record whose best setting lies at a bound of its searched range
-    (:func:`benchmark.analysis.bounds.bound_hits`)."""
-    parts = []
+def search_bound_hits(records: Sequence[RecordLike]) -> list[tuple[RunRecord, list[BoundHit]]]:
+    """Each record whose best setting lies at a bound of its searched range, with those values
+    (:func:`benchmark.analysis.bounds.bound_hits`), in the order given."""
+    out = []
     for r in map(as_record, records):
         # A record may lack parts of its search (older or partial records).
         search: Mapping[str, Any] = r.search or {}
         hits = bound_hits(search.get("space") or {}, search.get("best_params") or {})
         if hits:
-            label = r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
-            parts.append(f"{label}: " + ", ".join(h.describe() for h in hits))
+            out.append((r, hits))
+    return out
+
+
+def bound_footer(records: Sequence[RecordLike]) -> list[str]:
+    """A footer line naming each record of :func:`search_bound_hits`."""
+    parts = [
+        f"{r.loss if r.seed is None else f'{r.loss}/seed{r.seed}'}: " + ", ".join(h.describe() for h in hits)
+        for r, hits in search_bound_hits(records)
+    ]
     if not parts:
         return []
     return [
@@ -888,11 +901,6 @@ def settings_notes(s: Section) -> list[str]:
     ]
 
 
-def _row_records(s: Section, row: Row) -> list[RunRecord]:
-    """The records folded into ``row`` (one per seed)."""
-    return [r for r in replicates_per_loss(s.records).get(row.loss, []) if r.seed in row.seeds]
-
-
 def tier_footer(s: Section) -> list[str]:
     """Per column: how many losses share the best tier, out of how many, over how many pairs."""
     parts = []
@@ -922,9 +930,8 @@ def _markdown_footer(s: Section) -> list[str]:
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]
     out += code_footer(s.chosen)
-    seeds = [r for row in s.trained for r in _row_records(s, row)]
-    out += bound_footer(seeds)
-    out += reproducibility_footer(seeds)
+    out += bound_footer(s.seed_records())
+    out += reproducibility_footer(s.seed_records())
     devs = s.deviations()
     if devs:
         out += ["", "Deviations from the paper protocol:", ""]

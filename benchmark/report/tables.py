@@ -42,6 +42,7 @@ from benchmark.report.leaderboard import (
     mode_titles,
     record_metrics,
     resolve_metrics,
+    search_bound_hits,
     select_records,
     settings_notes,
     tier_footer,
@@ -240,6 +241,21 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
             "tiers": tier_footer(s),
             "convergence_exempt": s.exempt,
         }
+        bounds = search_bound_hits(s.seed_records())
+        if bounds:
+            # Optional like the keys below: written only when some best setting is at a bound.
+            entry["search_bounds"] = [
+                {
+                    "loss": r.loss,
+                    "seed": r.seed,
+                    "name": h.name,
+                    "value": h.value,
+                    "bound": h.bound,
+                    "side": h.side,
+                }
+                for r, hits in bounds
+                for h in hits
+            ]
         if s.siblings:
             # Only a budget split by board settings carries these (optional keys: schema version 1
             # stays, and a board of one set of settings is written as before).
