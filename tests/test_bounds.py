@@ -10,7 +10,7 @@ from test_report_tiers import _board
 
 from benchmark.analysis.bounds import BOUND_TOLERANCE, BoundHit, bound_hits, position
 from benchmark.report.leaderboard import build_leaderboard, markdown_text
-from benchmark.report.tables import json_data
+from benchmark.report.tables import json_data, latex_text
 
 SPACE = {
     "margin": {"low": 0.0, "high": 1.0, "log": False},
@@ -79,6 +79,10 @@ def test_the_leaderboard_names_each_seed_whose_best_setting_is_at_a_bound() -> N
         f"limit. {labels[0]}: margin = 1 (high bound 1), scale = 200 (high bound 200); "
         f"{labels[1]}: param_lr = 1e-06 (low bound 1e-06)." in text
     )
+    # The LaTeX table carries the same line as a comment; a clean board has none there either.
+    line = next(x for x in text.splitlines() if x.startswith("Best setting at a bound"))
+    assert f"% {line}" in latex_text(lb).splitlines()
+    assert "Best setting at a bound" not in latex_text(clean)
     # The JSON board holds the same values, one entry per hyperparameter at a bound.
     assert json_data(lb)["budgets"][0]["search_bounds"] == [
         {

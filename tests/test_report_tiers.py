@@ -172,6 +172,7 @@ def test_run_seeds_runs_the_protocol_once_per_seed(monkeypatch: pytest.MonkeyPat
 
 def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None:
     from benchmark.report.leaderboard import markdown_text
+    from benchmark.report.tables import latex_text
 
     board = _board()
     for r in board:
@@ -190,3 +191,7 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
         "Records made with different CPU kinds "
         "(AVX2: a/seed0, a/seed1, b/seed0, b/seed1, d/seed0; AVX512: c/seed0)" in text
     )
+    # The LaTeX table carries both warnings as comments, word for word.
+    tex = latex_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])).splitlines()
+    warnings = [x for x in text.splitlines() if x.startswith("Records made with different")]
+    assert len(warnings) == 2 and all(f"% {x}" in tex for x in warnings)

@@ -31,6 +31,7 @@ from benchmark.report.leaderboard import (
     RecordLike,
     Row,
     available_runs,
+    bound_footer,
     build_leaderboard,
     code_footer,
     convergence_footer,
@@ -41,6 +42,7 @@ from benchmark.report.leaderboard import (
     markdown_text,
     mode_titles,
     record_metrics,
+    reproducibility_footer,
     resolve_metrics,
     search_bound_hits,
     select_records,
@@ -164,6 +166,10 @@ def latex_text(lb: Leaderboard) -> str:
         lines += [_comment(note) for note in footer_notes(s.chosen)]
         lines += [_comment(line) for line in convergence_footer(s.budget, s.chosen)]
         lines += [_comment(line) for line in code_footer(s.chosen)]
+        # The same warnings as the Markdown footer: a LaTeX table copied into a paper must not lose
+        # the best settings at a range bound or the mixed threads / CPU kinds behind its rows.
+        lines += [_comment(line) for line in bound_footer(s.seed_records())]
+        lines += [_comment(line) for line in reproducibility_footer(s.seed_records())]
         lines.append(
             _comment(
                 "Reps and commits: "
