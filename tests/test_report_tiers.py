@@ -172,7 +172,7 @@ def test_run_seeds_runs_the_protocol_once_per_seed(monkeypatch: pytest.MonkeyPat
 
 def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None:
     from benchmark.report.leaderboard import markdown_text
-    from benchmark.report.tables import latex_text
+    from benchmark.report.tables import json_data, latex_text
 
     board = _board()
     for r in board:
@@ -195,3 +195,8 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
     tex = latex_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])).splitlines()
     warnings = [x for x in text.splitlines() if x.startswith("Records made with different")]
     assert len(warnings) == 2 and all(f"% {x}" in tex for x in warnings)
+    # So does the JSON board, among its section's notes.
+    notes = json_data(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))["budgets"][0][
+        "notes"
+    ]
+    assert all(x in notes for x in warnings)

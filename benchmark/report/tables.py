@@ -243,7 +243,8 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                 loss: {"complete": c, "n_trials": n} for loss, (c, n) in s.search_trials().items()
             },
             "deviations": [{"key": k, "paper": p, "value": v} for k, p, v in s.deviations()],
-            "notes": settings_notes(s) + footer_notes(s.chosen),
+            # The mixed threads / CPU kinds warning too, as the Markdown and LaTeX footers give it.
+            "notes": settings_notes(s) + footer_notes(s.chosen) + reproducibility_footer(s.seed_records()),
             "tiers": tier_footer(s),
             "convergence_exempt": s.exempt,
         }
