@@ -762,10 +762,15 @@ def search_bound_hits(records: Sequence[RecordLike]) -> list[tuple[RunRecord, li
     return out
 
 
+def _seed_label(r: RunRecord) -> str:
+    """``loss/seedS``, or the loss alone for a record without a search seed."""
+    return r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
+
+
 def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     """A footer line naming each record of :func:`search_bound_hits`."""
     parts = [
-        f"{r.loss if r.seed is None else f'{r.loss}/seed{r.seed}'}: " + ", ".join(h.describe() for h in hits)
+        f"{_seed_label(r)}: " + ", ".join(h.describe() for h in hits)
         for r, hits in search_bound_hits(records)
     ]
     if not parts:
@@ -794,8 +799,7 @@ def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
     ):
         groups: dict[str, list[str]] = {}
         for r in typed:
-            label = r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
-            groups.setdefault(setting(r, section, key), []).append(label)
+            groups.setdefault(setting(r, section, key), []).append(_seed_label(r))
         if len(groups) > 1:
             parts = "; ".join(
                 f"{value}: {', '.join(sorted(names))}" for value, names in sorted(groups.items())
@@ -930,8 +934,9 @@ def _markdown_footer(s: Section) -> list[str]:
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]
     out += code_footer(s.chosen)
-    out += bound_footer(s.seed_records())
-    out += reproducibility_footer(s.seed_records())
+    seeds = s.seed_records()
+    out += bound_footer(seeds)
+    out += reproducibility_footer(seeds)
     devs = s.deviations()
     if devs:
         out += ["", "Deviations from the paper protocol:", ""]

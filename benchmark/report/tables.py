@@ -168,8 +168,8 @@ def latex_text(lb: Leaderboard) -> str:
         lines += [_comment(line) for line in code_footer(s.chosen)]
         # The same warnings as the Markdown footer: a LaTeX table copied into a paper must not lose
         # the best settings at a range bound or the mixed threads / CPU kinds behind its rows.
-        lines += [_comment(line) for line in bound_footer(s.seed_records())]
-        lines += [_comment(line) for line in reproducibility_footer(s.seed_records())]
+        seeds = s.seed_records()
+        lines += [_comment(line) for line in bound_footer(seeds) + reproducibility_footer(seeds)]
         lines.append(
             _comment(
                 "Reps and commits: "
@@ -208,6 +208,7 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
     """
     budgets = []
     for s in lb.sections:
+        seeds = s.seed_records()
         out_rows = []
         for r in s.rows:
             cells = {
@@ -244,11 +245,11 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
             },
             "deviations": [{"key": k, "paper": p, "value": v} for k, p, v in s.deviations()],
             # The mixed threads / CPU kinds warning too, as the Markdown and LaTeX footers give it.
-            "notes": settings_notes(s) + footer_notes(s.chosen) + reproducibility_footer(s.seed_records()),
+            "notes": settings_notes(s) + footer_notes(s.chosen) + reproducibility_footer(seeds),
             "tiers": tier_footer(s),
             "convergence_exempt": s.exempt,
         }
-        bounds = search_bound_hits(s.seed_records())
+        bounds = search_bound_hits(seeds)
         if bounds:
             # Optional like the keys below: written only when some best setting is at a bound.
             entry["search_bounds"] = [
