@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 from test_report_tiers import _board
 
 from benchmark.analysis.bounds import BOUND_TOLERANCE, BoundHit, bound_hits, position
-from benchmark.report.leaderboard import build_leaderboard, markdown_text
+from benchmark.report.leaderboard import build_leaderboard, csv_text, markdown_text
 from benchmark.report.tables import json_data, latex_text
 
 SPACE = {
@@ -83,6 +85,13 @@ def test_the_leaderboard_names_each_seed_whose_best_setting_is_at_a_bound() -> N
     line = next(x for x in text.splitlines() if x.startswith("Best setting at a bound"))
     assert f"% {line}" in latex_text(lb).splitlines()
     assert "Best setting at a bound" not in latex_text(clean)
+    # The CSV, which has no footer, gives each row its seeds' part of the same line; a row of two
+    # seeds with one at a bound names that seed only, and rows without a hit leave the cell empty.
+    cells = {r["loss"]: r["best_params_at_bound"] for r in csv.DictReader(io.StringIO(csv_text(lb)))}
+    assert cells[board[0]["loss"]] == f"{labels[0]}: margin = 1 (high bound 1), scale = 200 (high bound 200)"
+    assert cells[board[4]["loss"]] == f"{labels[1]}: param_lr = 1e-06 (low bound 1e-06)"
+    assert {loss for loss, cell in cells.items() if cell} == {board[0]["loss"], board[4]["loss"]}
+    assert not any(r["best_params_at_bound"] for r in csv.DictReader(io.StringIO(csv_text(clean))))
     # The JSON board holds the same values, one entry per hyperparameter at a bound.
     assert json_data(lb)["budgets"][0]["search_bounds"] == [
         {

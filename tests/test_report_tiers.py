@@ -200,3 +200,16 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
         "notes"
     ]
     assert all(x in notes for x in warnings)
+    # The CSV has no footer: each row names its records' settings, distinct values in seed order.
+    from benchmark.report.leaderboard import csv_text
+
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
+    rows = csv.DictReader(io.StringIO(csv_text(lb)))
+    cells = {r["loss"]: (r["cpu_capability"], r["torch_threads_per_job"]) for r in rows}
+    assert cells == {
+        "a": ("AVX2", "1; 2"),
+        "b": ("AVX2", "1"),
+        "c": ("AVX512", "1"),
+        "d": ("AVX2", "1"),
+        UNTRAINED: ("", ""),
+    }

@@ -767,12 +767,14 @@ def _seed_label(r: RunRecord) -> str:
     return r.loss if r.seed is None else f"{r.loss}/seed{r.seed}"
 
 
+def _bound_part(r: RunRecord, hits: Sequence[BoundHit]) -> str:
+    """``loss/seedS: name = value (side bound b), ...``: one record's values at a bound."""
+    return f"{_seed_label(r)}: " + ", ".join(h.describe() for h in hits)
+
+
 def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     """A footer line naming each record of :func:`search_bound_hits`."""
-    parts = [
-        f"{_seed_label(r)}: " + ", ".join(h.describe() for h in hits)
-        for r, hits in search_bound_hits(records)
-    ]
+    parts = [_bound_part(r, hits) for r, hits in search_bound_hits(records)]
     if not parts:
         return []
     return [
@@ -782,14 +784,17 @@ def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     ]
 
 
+def _setting(r: RunRecord, section: str, key: str) -> str:
+    """``record[section][key]`` as text, or "unrecorded" (records older than the key)."""
+    part = r.document.get(section)
+    value = part.get(key) if isinstance(part, Mapping) else None
+    return "unrecorded" if value is None else str(value)
+
+
 def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
     """A warning line when the records behind a table were trained with different torch threads
     per fold or on different CPU kinds: their numbers are then not bit-for-bit comparable (fold
     results depend on both; `--jobs 1` and `--jobs 2` give different threads per fold)."""
-
-    def setting(r: RunRecord, section: str, key: str) -> str:
-        value = r.document.get(section, {}).get(key) if isinstance(r.document.get(section), Mapping) else None
-        return "unrecorded" if value is None else str(value)
 
     typed = [as_record(r) for r in records]
     out = []
@@ -799,7 +804,7 @@ def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
     ):
         groups: dict[str, list[str]] = {}
         for r in typed:
-            groups.setdefault(setting(r, section, key), []).append(_seed_label(r))
+            groups.setdefault(_setting(r, section, key), []).append(_seed_label(r))
         if len(groups) > 1:
             parts = "; ".join(
                 f"{value}: {', '.join(sorted(names))}" for value, names in sorted(groups.items())
@@ -960,6 +965,30 @@ CSV_CONVERGENCE = (
 )
 
 
+#: Provenance columns of the CSV, which has no footer: the CPU kind and torch threads per fold
+#: of the row's records (distinct values joined by "; ", since both change the fold results:
+#: :func:`reproducibility_footer`) and the best settings at a bound of their searched range
+#: (:func:`bound_footer`'s text for the row's seeds; empty when none).
+CSV_PROVENANCE = ("cpu_capability", "torch_threads_per_job", "best_params_at_bound")
+
+
+def csv_provenance(section: Section, row: Row) -> list[str]:
+    """The :data:`CSV_PROVENANCE` cells of a row (empty for the untrained row)."""
+    records = [r for r in section.seed_records() if r.loss == row.loss]
+    if not records:
+        return [""] * len(CSV_PROVENANCE)
+
+    def distinct(section_key: str, key: str) -> str:
+        return "; ".join(dict.fromkeys(_setting(r, section_key, key) for r in records))
+
+    bounds = "; ".join(_bound_part(r, hits) for r, hits in search_bound_hits(records))
+    return [
+        distinct("environment", "cpu_capability"),
+        distinct("execution", "torch_threads_per_job"),
+        bounds,
+    ]
+
+
 def csv_convergence(row: Row) -> list[str]:
     """The :data:`CSV_CONVERGENCE` cells of a row (empty for the untrained row)."""
     c = row.convergence
@@ -983,7 +1012,8 @@ CSV_UNIT = "fraction"
 def csv_text(lb: Leaderboard) -> str:
     """The same rows as the Markdown table, as machine-readable CSV (fractions, not percent):
     per column the mean, the 95% half-width, its degrees of freedom, whether the row is in the
-    best tier and its compact letters; per row the seeds and the interval's scope."""
+    best tier and its compact letters; per row the seeds, the interval's scope, the convergence
+    counts and the provenance the other formats give in their footers (:data:`CSV_PROVENANCE`)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     cols = _columns(lb.metrics, lb.modes)
@@ -995,6 +1025,7 @@ def csv_text(lb: Leaderboard) -> str:
             for part in ("mean", "half_width", "df", "best_tier", "group")
         ]
         + list(CSV_CONVERGENCE)
+        + list(CSV_PROVENANCE)
     )
     for s in lb.sections:
         for r in s.rows:
@@ -1024,6 +1055,7 @@ def csv_text(lb: Leaderboard) -> str:
                     CSV_UNIT,
                     *values,
                     *csv_convergence(r),
+                    *csv_provenance(s, r),
                 ]
             )
     return buf.getvalue()
