@@ -7,11 +7,15 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+
+from benchmark.config import PROTOCOL_PATH_VAR
+from benchmark.registry import ENV_VAR
 
 torch.set_num_threads(1)
 
@@ -29,6 +33,20 @@ finally:
     print("TORCH_IMPORTED=" + str("torch" in sys.modules), file=sys.stderr)
 sys.exit(code)
 """
+
+
+@pytest.fixture(autouse=True)
+def _restore_exported_settings() -> Iterator[None]:
+    """Put back the variables that registering a plugin or a protocol file exports for spawned
+    workers: a test that registers one must not hand it to a later test's subprocesses (a leaked
+    ``DMLBENCH_PLUGINS`` made ``dmlbench list losses`` fail on a module that no longer exists)."""
+    saved = {var: os.environ.get(var) for var in (ENV_VAR, PROTOCOL_PATH_VAR)}
+    yield
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 @pytest.fixture(scope="session")
