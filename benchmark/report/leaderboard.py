@@ -972,9 +972,9 @@ CSV_CONVERGENCE = (
 CSV_PROVENANCE = ("cpu_capability", "torch_threads_per_job", "best_params_at_bound")
 
 
-def csv_provenance(section: Section, row: Row) -> list[str]:
-    """The :data:`CSV_PROVENANCE` cells of a row (empty for the untrained row)."""
-    records = [r for r in section.seed_records() if r.loss == row.loss]
+def csv_provenance(records: Sequence[RunRecord]) -> list[str]:
+    """The :data:`CSV_PROVENANCE` cells of a row from its seeds' records (empty without any, as
+    for the untrained row)."""
     if not records:
         return [""] * len(CSV_PROVENANCE)
 
@@ -1028,6 +1028,7 @@ def csv_text(lb: Leaderboard) -> str:
         + list(CSV_PROVENANCE)
     )
     for s in lb.sections:
+        seeds = s.seed_records()
         for r in s.rows:
             values: list[str] = []
             for col in cols:
@@ -1055,7 +1056,7 @@ def csv_text(lb: Leaderboard) -> str:
                     CSV_UNIT,
                     *values,
                     *csv_convergence(r),
-                    *csv_provenance(s, r),
+                    *csv_provenance([x for x in seeds if x.loss == r.loss]),
                 ]
             )
     return buf.getvalue()
