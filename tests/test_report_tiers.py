@@ -213,3 +213,19 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
         "d": ("AVX2", "1"),
         UNTRAINED: ("", ""),
     }
+    # The JSON rows give the same values as lists, native types kept (None where unrecorded).
+    env = {r["loss"]: r["environment"] for r in json_data(lb)["budgets"][0]["rows"]}
+    assert env == {
+        "a": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1, 2]},
+        "b": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1]},
+        "c": {"cpu_capability": ["AVX512"], "torch_threads_per_job": [1]},
+        "d": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1]},
+        UNTRAINED: None,
+    }
+    # A record older than the key: "unrecorded" in the CSV, None in the JSON, in seed order.
+    del board[3]["execution"]  # b's seed 1
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
+    (b_csv,) = [r for r in csv.DictReader(io.StringIO(csv_text(lb))) if r["loss"] == "b"]
+    assert b_csv["torch_threads_per_job"] == "1; unrecorded"
+    (b_json,) = [r for r in json_data(lb)["budgets"][0]["rows"] if r["loss"] == "b"]
+    assert b_json["environment"]["torch_threads_per_job"] == [1, None]

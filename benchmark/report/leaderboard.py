@@ -784,11 +784,30 @@ def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     ]
 
 
+def _raw_setting(r: RunRecord, section: str, key: str) -> Any:
+    """``record[section][key]``, or None (records older than the key)."""
+    part = r.document.get(section)
+    return part.get(key) if isinstance(part, Mapping) else None
+
+
 def _setting(r: RunRecord, section: str, key: str) -> str:
     """``record[section][key]`` as text, or "unrecorded" (records older than the key)."""
-    part = r.document.get(section)
-    value = part.get(key) if isinstance(part, Mapping) else None
+    value = _raw_setting(r, section, key)
     return "unrecorded" if value is None else str(value)
+
+
+#: The settings of a row's records that change its fold results (:func:`reproducibility_footer`):
+#: (record section, key). The CSV and the JSON rows name them, as they have no footer per row.
+ROW_ENVIRONMENT = (("environment", "cpu_capability"), ("execution", "torch_threads_per_job"))
+
+
+def row_environment(records: Sequence[RunRecord]) -> dict[str, list[Any]]:
+    """Per :data:`ROW_ENVIRONMENT` key, the distinct values of a row's seed records in seed order
+    (None for a record older than the key)."""
+    return {
+        key: list(dict.fromkeys(_raw_setting(r, section, key) for r in records))
+        for section, key in ROW_ENVIRONMENT
+    }
 
 
 def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
@@ -969,7 +988,12 @@ CSV_CONVERGENCE = (
 #: of the row's records (distinct values joined by "; ", since both change the fold results:
 #: :func:`reproducibility_footer`) and the best settings at a bound of their searched range
 #: (:func:`bound_footer`'s text for the row's seeds; empty when none).
-CSV_PROVENANCE = ("cpu_capability", "torch_threads_per_job", "best_params_at_bound")
+CSV_PROVENANCE = (*(key for _, key in ROW_ENVIRONMENT), "best_params_at_bound")
+
+
+def row_records(seeds: Sequence[RunRecord], row: Row) -> list[RunRecord]:
+    """The records of a section's seeds (:meth:`Section.seed_records`) behind one row."""
+    return [x for x in seeds if x.loss == row.loss]
 
 
 def csv_provenance(records: Sequence[RunRecord]) -> list[str]:
@@ -978,15 +1002,12 @@ def csv_provenance(records: Sequence[RunRecord]) -> list[str]:
     if not records:
         return [""] * len(CSV_PROVENANCE)
 
-    def distinct(section_key: str, key: str) -> str:
-        return "; ".join(dict.fromkeys(_setting(r, section_key, key) for r in records))
-
-    bounds = "; ".join(_bound_part(r, hits) for r, hits in search_bound_hits(records))
-    return [
-        distinct("environment", "cpu_capability"),
-        distinct("execution", "torch_threads_per_job"),
-        bounds,
+    environment = [
+        "; ".join("unrecorded" if v is None else str(v) for v in values)
+        for values in row_environment(records).values()
     ]
+    bounds = "; ".join(_bound_part(r, hits) for r, hits in search_bound_hits(records))
+    return [*environment, bounds]
 
 
 def csv_convergence(row: Row) -> list[str]:
@@ -1056,7 +1077,7 @@ def csv_text(lb: Leaderboard) -> str:
                     CSV_UNIT,
                     *values,
                     *csv_convergence(r),
-                    *csv_provenance([x for x in seeds if x.loss == r.loss]),
+                    *csv_provenance(row_records(seeds, r)),
                 ]
             )
     return buf.getvalue()

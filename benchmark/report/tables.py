@@ -44,6 +44,8 @@ from benchmark.report.leaderboard import (
     record_metrics,
     reproducibility_footer,
     resolve_metrics,
+    row_environment,
+    row_records,
     search_bound_hits,
     select_records,
     settings_notes,
@@ -204,6 +206,9 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
     the group of the budget's newest record, ``differs_from_current``: ``key``/``value``/``current``
     of each setting it differs in); the entries of an unsplit budget have neither key.
 
+    Each row also gives its ``convergence`` counts and its records' ``environment``
+    (:func:`~benchmark.report.leaderboard.row_environment`); both are None for the untrained row.
+
     Values are fractions (like the CSV), not percent; a missing interval is ``None``.
     """
     budgets = []
@@ -211,6 +216,7 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
         seeds = s.seed_records()
         out_rows = []
         for r in s.rows:
+            own = row_records(seeds, r)
             cells = {
                 mode: {
                     m: {
@@ -235,6 +241,9 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
                     "cells": cells,
                     # Why the fold trainings stopped (None for the untrained row).
                     "convergence": _row_convergence(r),
+                    # The CPU kinds and torch threads per fold of its records (None for the
+                    # untrained row): the section's notes warn when they differ between rows.
+                    "environment": row_environment(own) if own else None,
                 }
             )
         entry: dict[str, Any] = {
