@@ -375,6 +375,16 @@ class RunRecord:
 
         return convergence_summary(self.document)
 
+    def recorded(self, section: str, key: str) -> Any:
+        """``document[section][key]`` as written, None where absent (a record older than the key)."""
+        part = self.document.get(section)
+        return part.get(key) if isinstance(part, Mapping) else None
+
+    def recorded_text(self, section: str, key: str) -> str:
+        """:meth:`recorded` as text, "unrecorded" where absent (what tables and warnings show)."""
+        value = self.recorded(section, key)
+        return "unrecorded" if value is None else str(value)
+
     def training_wall_s(self) -> float | None:
         """``timings_s["search"] + timings_s["test"]``, None when either is missing (a lower bound
         when :attr:`invocations_without_timings` is above 0)."""

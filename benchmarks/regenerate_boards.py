@@ -6,7 +6,7 @@ in an "earlier settings" section until every loss has been rerun. On a 2-core ma
 tens of CPU-hours, so it spans many sessions. This script says which records are still at
 earlier settings and reruns them one at a time:
 
-    python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]
+    python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]   # with a time estimate
     python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N]
     python benchmarks/regenerate_boards.py adopt --from results/sensitivity/calibp10 [--datasets ...]
 
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
-from benchmark.records import board_key, load_record, settings_key, settings_of  # noqa: E402
+from benchmark.records import RunRecord, board_key, load_record, settings_key, settings_of  # noqa: E402
 
 PROTOCOL = "mlrc"
 BUDGET = "mini"
@@ -174,6 +175,29 @@ def parse_data_dirs(values: Sequence[str]) -> dict[str, Path]:
     return dirs
 
 
+def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
+    """An estimate of the wall time the ``n_left`` runs still to make take: ``n_left`` times the
+    median training time (search + test, :meth:`RunRecord.training_wall_s`) of the dataset's current
+    records, with their range, CPU kinds and jobs so a reader can judge it. None with nothing left
+    or no current record with both timings.
+
+    Only an estimate: a record's time includes any time it ran beside other work, and the losses
+    left may train longer or shorter than those landed."""
+    timed = [(r, t) for r in current if (t := r.training_wall_s()) is not None]
+    if not timed or n_left <= 0:
+        return None
+    hours = [t / 3600 for _, t in timed]
+    kinds = sorted({r.recorded_text("environment", "cpu_capability") for r, _ in timed})
+    jobs = sorted({r.recorded_text("execution", "jobs") for r, _ in timed})
+    median = statistics.median(hours)
+    return (
+        f"time left ≈ {n_left} × {median:.1f} h ≈ {n_left * median:.0f} h of wall time: the median "
+        f"training time of the {len(hours)} current record(s) (range {min(hours):.1f}–{max(hours):.1f} h; "
+        f"CPU kinds {', '.join(kinds)}; jobs {', '.join(jobs)}); an estimate, longer where those records "
+        "ran beside other work"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     entries = plan(args.results, args.datasets, args.losses, args.budget)
     stale = [e for e in entries if not is_current(e, args.data_dirs, args.results)]
@@ -187,6 +211,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         for e in left:
             state = "at earlier settings" if e.path(args.results).exists() else "missing"
             print(f"  to run: {e.loss} seed {e.seed} ({state})")
+        current = [load_record(e.path(args.results)) for e in mine if e not in left]
+        estimate = time_left(current, len(left))
+        if estimate:
+            print(f"  {estimate}")
     return 0
 
 

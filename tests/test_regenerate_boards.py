@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from conftest import committed_checkout, load_benchmark_script
+from record_factory import run_record, spread
 
 from benchmark.losses import LOSSES
+from benchmark.records import SCHEMA, RunRecord, parse_record
 
 rb = load_benchmark_script("regenerate_boards")
 
@@ -143,3 +145,24 @@ def test_adopt_copies_only_records_at_todays_settings_and_rewrites_the_board(
     assert "Margin" in (board / "glyphs/mlrc/leaderboard.md").read_text(encoding="utf-8")
     assert rb.main([*args, "--losses", "margin"]) == 0
     assert "adopted:" not in capsys.readouterr().out
+
+
+def _timed(search: float, test: float | None, cpu: str) -> RunRecord:
+    timings = {"search": search} if test is None else {"search": search, "test": test}
+    doc = run_record("ms", "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings)
+    doc["environment"]["cpu_capability"] = cpu
+    doc["execution"] = {"jobs": 2}
+    return parse_record(doc)
+
+
+def test_status_estimates_the_time_left_from_the_current_records_and_says_from_what() -> None:
+    # 1 h, 3 h and 2 h of training (search + test); the third record lacks its test time, and a
+    # record without both timings is left out rather than counted as zero.
+    current = [_timed(3000, 600, "AVX2"), _timed(9000, 1800, "AVX512"), _timed(7200, None, "AVX2")]
+    assert rb.time_left(current, 5) == (
+        "time left ≈ 5 × 2.0 h ≈ 10 h of wall time: the median training time of the 2 current "
+        "record(s) (range 1.0–3.0 h; CPU kinds AVX2, AVX512; jobs 2); an estimate, longer where "
+        "those records ran beside other work"
+    )
+    assert rb.time_left(current, 0) is None  # nothing left
+    assert rb.time_left(current[2:], 5) is None  # nothing to estimate from

@@ -784,18 +784,6 @@ def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     ]
 
 
-def _raw_setting(r: RunRecord, section: str, key: str) -> Any:
-    """``record[section][key]``, or None (records older than the key)."""
-    part = r.document.get(section)
-    return part.get(key) if isinstance(part, Mapping) else None
-
-
-def _setting(r: RunRecord, section: str, key: str) -> str:
-    """``record[section][key]`` as text, or "unrecorded" (records older than the key)."""
-    value = _raw_setting(r, section, key)
-    return "unrecorded" if value is None else str(value)
-
-
 #: The settings of a row's records that change its fold results (:func:`reproducibility_footer`):
 #: (record section, key). The CSV and the JSON rows name them, as they have no footer per row.
 ROW_ENVIRONMENT = (("environment", "cpu_capability"), ("execution", "torch_threads_per_job"))
@@ -805,7 +793,7 @@ def row_environment(records: Sequence[RunRecord]) -> dict[str, list[Any]]:
     """Per :data:`ROW_ENVIRONMENT` key, the distinct values of a row's seed records in seed order
     (None for a record older than the key)."""
     return {
-        key: list(dict.fromkeys(_raw_setting(r, section, key) for r in records))
+        key: list(dict.fromkeys(r.recorded(section, key) for r in records))
         for section, key in ROW_ENVIRONMENT
     }
 
@@ -823,7 +811,7 @@ def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
     ):
         groups: dict[str, list[str]] = {}
         for r in typed:
-            groups.setdefault(_setting(r, section, key), []).append(_seed_label(r))
+            groups.setdefault(r.recorded_text(section, key), []).append(_seed_label(r))
         if len(groups) > 1:
             parts = "; ".join(
                 f"{value}: {', '.join(sorted(names))}" for value, names in sorted(groups.items())
