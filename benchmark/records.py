@@ -381,9 +381,8 @@ class RunRecord:
         return part.get(key) if isinstance(part, Mapping) else None
 
     def recorded_text(self, section: str, key: str) -> str:
-        """:meth:`recorded` as text, "unrecorded" where absent (what tables and warnings show)."""
-        value = self.recorded(section, key)
-        return "unrecorded" if value is None else str(value)
+        """:meth:`recorded` as text (:func:`recorded_as_text`)."""
+        return recorded_as_text(self.recorded(section, key))
 
     def training_wall_s(self) -> float | None:
         """``timings_s["search"] + timings_s["test"]``, None when either is missing (a lower bound
@@ -978,6 +977,12 @@ def _depth_exceeds(data: Any, limit: int) -> bool:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def recorded_as_text(value: Any) -> str:
+    """A value of :meth:`RunRecord.recorded` as tables and warnings show it: "unrecorded" for
+    None (a record older than the key)."""
+    return "unrecorded" if value is None else str(value)
 
 
 def load_record(path: Path) -> RunRecord:

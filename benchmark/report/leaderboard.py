@@ -64,6 +64,7 @@ from benchmark.records import (
     latest_per_loss,
     nan_if_none,
     parse_plugins,
+    recorded_as_text,
     replicates_per_loss,
     settings_diff,
     settings_groups,
@@ -991,8 +992,7 @@ def csv_provenance(records: Sequence[RunRecord]) -> list[str]:
         return [""] * len(CSV_PROVENANCE)
 
     environment = [
-        "; ".join("unrecorded" if v is None else str(v) for v in values)
-        for values in row_environment(records).values()
+        "; ".join(recorded_as_text(v) for v in values) for values in row_environment(records).values()
     ]
     bounds = "; ".join(_bound_part(r, hits) for r, hits in search_bound_hits(records))
     return [*environment, bounds]
