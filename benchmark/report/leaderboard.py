@@ -785,9 +785,13 @@ def bound_footer(records: Sequence[RecordLike]) -> list[str]:
     ]
 
 
-#: The settings of a row's records that change its fold results (:func:`reproducibility_footer`):
-#: (record section, key). The CSV and the JSON rows name them, as they have no footer per row.
-ROW_ENVIRONMENT = (("environment", "cpu_capability"), ("execution", "torch_threads_per_job"))
+#: The settings of a row's records that change its fold results: (record section, key, what the
+#: footer calls their values). :func:`reproducibility_footer` warns when a table's records differ
+#: in one; the CSV and the JSON rows name them per row, as they have no footer per row.
+ROW_ENVIRONMENT = (
+    ("environment", "cpu_capability", "CPU kinds"),
+    ("execution", "torch_threads_per_job", "torch threads per fold"),
+)
 
 
 def row_environment(records: Sequence[RunRecord]) -> dict[str, list[Any]]:
@@ -795,7 +799,7 @@ def row_environment(records: Sequence[RunRecord]) -> dict[str, list[Any]]:
     (None for a record older than the key)."""
     return {
         key: list(dict.fromkeys(r.recorded(section, key) for r in records))
-        for section, key in ROW_ENVIRONMENT
+        for section, key, _ in ROW_ENVIRONMENT
     }
 
 
@@ -806,10 +810,7 @@ def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
 
     typed = [as_record(r) for r in records]
     out = []
-    for section, key, what in (
-        ("execution", "torch_threads_per_job", "torch threads per fold"),
-        ("environment", "cpu_capability", "CPU kinds"),
-    ):
+    for section, key, what in ROW_ENVIRONMENT:
         groups: dict[str, list[str]] = {}
         for r in typed:
             groups.setdefault(r.recorded_text(section, key), []).append(_seed_label(r))
@@ -977,7 +978,7 @@ CSV_CONVERGENCE = (
 #: of the row's records (distinct values joined by "; ", since both change the fold results:
 #: :func:`reproducibility_footer`) and the best settings at a bound of their searched range
 #: (:func:`bound_footer`'s text for the row's seeds; empty when none).
-CSV_PROVENANCE = (*(key for _, key in ROW_ENVIRONMENT), "best_params_at_bound")
+CSV_PROVENANCE = (*(key for _, key, _ in ROW_ENVIRONMENT), "best_params_at_bound")
 
 
 def row_records(seeds: Sequence[RunRecord], row: Row) -> list[RunRecord]:
