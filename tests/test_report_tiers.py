@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from record_factory import MLRC
+from record_factory import MLRC, run_record, spread
 from test_report_tables import make_record, write
 
 from benchmark.cli.main import main
@@ -67,6 +67,33 @@ def test_other_configurations_are_not_folded_in() -> None:
     lb = build_leaderboard("glyphs", "mlrc", {"mini": [*_board(), other]}, ["map_at_r"])
     row = next(r for r in lb.sections[0].rows if r.loss == "a")
     assert row.seeds == (0, 1)
+
+
+def test_a_wide_row_can_share_the_best_tier_that_a_narrower_higher_row_leaves() -> None:
+    # What every table's header warns: the tier is what the tests cannot separate from the best,
+    # so low power keeps a noisy row in it while a precise, better row is separated and drops out.
+    per_rep = {
+        "best": [0.600, 0.601, 0.599],
+        "narrow": [0.590, 0.591, 0.589],
+        "wide": [0.50, 0.62, 0.47],
+    }
+    board = []
+    for i, (loss, values) in enumerate(per_rep.items()):
+        per = spread(dict.fromkeys(MLRC, 0.5))
+        per["separated"]["map_at_r"] = values
+        rec = seeded(loss, 0.5, 0, str(i))
+        rec["test"] = run_record(loss, str(i), per_rep=per)["test"]  # summary recomputed from per
+        board.append(rec)
+    lb = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
+    (s,) = lb.sections
+    rows = {r.loss: r for r in s.trained}
+    mean = {loss: rows[loss].cells[("separated", "map_at_r")][0] for loss in rows}
+    assert mean["best"] > mean["narrow"] > mean["wide"]
+    tier = {loss: s.is_best(rows[loss], "separated", "map_at_r") for loss in rows}
+    assert tier == {"best": True, "narrow": False, "wide": True}
+    from benchmark.report.leaderboard import markdown_text
+
+    assert "Not significantly different is not equal" in markdown_text(lb)
 
 
 def test_formats_agree_on_tiers(tmp_path: Path) -> None:
