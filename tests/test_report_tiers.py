@@ -70,8 +70,8 @@ def test_other_configurations_are_not_folded_in() -> None:
 
 
 def test_a_wide_row_can_share_the_best_tier_that_a_narrower_higher_row_leaves() -> None:
-    # What every table's header warns: the tier is what the tests cannot separate from the best,
-    # so low power keeps a noisy row in it while a precise, better row is separated and drops out.
+    # What the Markdown, LaTeX and JSON headers warn: the tier is what the tests cannot separate
+    # from the best, so low power keeps a noisy row in it while a precise, better row drops out.
     per_rep = {
         "best": [0.600, 0.601, 0.599],
         "narrow": [0.590, 0.591, 0.589],
