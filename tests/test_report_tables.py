@@ -106,11 +106,11 @@ def test_csv_exact(root: Path) -> None:
         "concatenated_map_at_r_best_tier", "concatenated_map_at_r_group",
         "test_patience_stops", "test_fold_trainings", "search_patience_stops",
         "search_fold_trainings", "convergence", "stops_derived",
-        "cpu_capability", "torch_threads_per_job", "best_params_at_bound",
+        "cpu_capability", "cpu_model", "torch_threads_per_job", "best_params_at_bound",
     ]  # fmt: skip
     assert rows[3] == ["mini", "untrained", "Untrained (init trunk + random embedder)", "0", "1", "",
                        "0123456789", "fraction", "0.05", "", "", "", "", "0.05", "", "", "", "",
-                       "", "", "", "", "", "", "", "", ""]  # fmt: skip
+                       "", "", "", "", "", "", "", "", "", ""]  # fmt: skip
     assert [r[1] for r in rows[1:3]] == ["mfcont", "arcface"]
     assert float(rows[1][8]) == pytest.approx(0.30)
     assert float(rows[1][9]) == pytest.approx(0.024841377117503)
@@ -252,7 +252,7 @@ def test_report_cli(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
                                         "concatenated_map_at_r_best_tier,concatenated_map_at_r_group,"
                                         "test_patience_stops,test_fold_trainings,search_patience_stops,"
                                         "search_fold_trainings,convergence,stops_derived,"
-                                        "cpu_capability,torch_threads_per_job,"
+                                        "cpu_capability,cpu_model,torch_threads_per_job,"
                                         "best_params_at_bound")  # fmt: skip
     with pytest.raises(DmlbenchError, match="Records exist for: glyphs/mlrc"):
         report_cmd.handle(_args(root, dataset="cars196"))

@@ -197,7 +197,7 @@ def test_run_seeds_runs_the_protocol_once_per_seed(monkeypatch: pytest.MonkeyPat
     assert calls == [2, 0, 1]
 
 
-def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None:
+def test_records_of_different_threads_per_fold_cpu_kind_or_cpu_model_are_flagged() -> None:
     from benchmark.report.leaderboard import markdown_text
     from benchmark.report.tables import json_data, latex_text
 
@@ -205,10 +205,12 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
     for r in board:
         r["execution"] = {"torch_threads_per_job": 1}
         r["environment"]["cpu_capability"] = "AVX2"
+        r["environment"]["cpu_model"] = "AMD EPYC"
     same = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
     assert "Records made with different" not in same
     board[1]["execution"]["torch_threads_per_job"] = 2  # a's seed 1, run with --jobs 1 on 2 cores
     board[4]["environment"]["cpu_capability"] = "AVX512"
+    board[0]["environment"]["cpu_model"] = "Intel Xeon"  # a's seed 0: same capability, other vendor
     text = markdown_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))
     assert (
         "Records made with different torch threads per fold "
@@ -218,10 +220,14 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
         "Records made with different CPU kinds "
         "(AVX2: a/seed0, a/seed1, b/seed0, b/seed1, d/seed0; AVX512: c/seed0)" in text
     )
-    # The LaTeX table carries both warnings as comments, word for word.
+    assert (
+        "Records made with different CPU models "
+        "(AMD EPYC: a/seed1, b/seed0, b/seed1, c/seed0, d/seed0; Intel Xeon: a/seed0)" in text
+    )
+    # The LaTeX table carries the warnings as comments, word for word.
     tex = latex_text(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])).splitlines()
     warnings = [x for x in text.splitlines() if x.startswith("Records made with different")]
-    assert len(warnings) == 2 and all(f"% {x}" in tex for x in warnings)
+    assert len(warnings) == 3 and all(f"% {x}" in tex for x in warnings)
     # So does the JSON board, among its section's notes.
     notes = json_data(build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"]))["budgets"][0][
         "notes"
@@ -232,21 +238,25 @@ def test_records_of_different_threads_per_fold_or_cpu_kind_are_flagged() -> None
 
     lb = build_leaderboard("glyphs", "mlrc", {"mini": board}, ["map_at_r"])
     rows = csv.DictReader(io.StringIO(csv_text(lb)))
-    cells = {r["loss"]: (r["cpu_capability"], r["torch_threads_per_job"]) for r in rows}
+    cells = {r["loss"]: (r["cpu_capability"], r["cpu_model"], r["torch_threads_per_job"]) for r in rows}
     assert cells == {
-        "a": ("AVX2", "1; 2"),
-        "b": ("AVX2", "1"),
-        "c": ("AVX512", "1"),
-        "d": ("AVX2", "1"),
-        UNTRAINED: ("", ""),
+        "a": ("AVX2", "Intel Xeon; AMD EPYC", "1; 2"),
+        "b": ("AVX2", "AMD EPYC", "1"),
+        "c": ("AVX512", "AMD EPYC", "1"),
+        "d": ("AVX2", "AMD EPYC", "1"),
+        UNTRAINED: ("", "", ""),
     }
     # The JSON rows give the same values as lists, native types kept (None where unrecorded).
     env = {r["loss"]: r["environment"] for r in json_data(lb)["budgets"][0]["rows"]}
     assert env == {
-        "a": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1, 2]},
-        "b": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1]},
-        "c": {"cpu_capability": ["AVX512"], "torch_threads_per_job": [1]},
-        "d": {"cpu_capability": ["AVX2"], "torch_threads_per_job": [1]},
+        "a": {
+            "cpu_capability": ["AVX2"],
+            "cpu_model": ["Intel Xeon", "AMD EPYC"],
+            "torch_threads_per_job": [1, 2],
+        },
+        "b": {"cpu_capability": ["AVX2"], "cpu_model": ["AMD EPYC"], "torch_threads_per_job": [1]},
+        "c": {"cpu_capability": ["AVX512"], "cpu_model": ["AMD EPYC"], "torch_threads_per_job": [1]},
+        "d": {"cpu_capability": ["AVX2"], "cpu_model": ["AMD EPYC"], "torch_threads_per_job": [1]},
         UNTRAINED: None,
     }
     # A record older than the key: "unrecorded" in the CSV, None in the JSON, in seed order.

@@ -790,6 +790,9 @@ def bound_footer(records: Sequence[RecordLike]) -> list[str]:
 #: in one; the CSV and the JSON rows name them per row, as they have no footer per row.
 ROW_ENVIRONMENT = (
     ("environment", "cpu_capability", "CPU kinds"),
+    # The same capability on two vendors' CPUs gave different trial values (benchmarks/README,
+    # "what a session can lose"), so the model is named as well.
+    ("environment", "cpu_model", "CPU models"),
     ("execution", "torch_threads_per_job", "torch threads per fold"),
 )
 
@@ -804,9 +807,10 @@ def row_environment(records: Sequence[RunRecord]) -> dict[str, list[Any]]:
 
 
 def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
-    """A warning line when the records behind a table were trained with different torch threads
-    per fold or on different CPU kinds: their numbers are then not bit-for-bit comparable (fold
-    results depend on both; `--jobs 1` and `--jobs 2` give different threads per fold)."""
+    """A warning line per :data:`ROW_ENVIRONMENT` setting in which the records behind a table
+    differ (CPU kind, CPU model, torch threads per fold): their numbers are then not bit-for-bit
+    comparable (fold results depend on each; `--jobs 1` and `--jobs 2` give different threads per
+    fold)."""
 
     typed = [as_record(r) for r in records]
     out = []
@@ -820,8 +824,8 @@ def reproducibility_footer(records: Sequence[RecordLike]) -> list[str]:
             )
             out.append(
                 f"Records made with different {what} ({parts}): fold results depend on the torch "
-                "threads per fold (set by --jobs) and on the CPU kind's rounding, so these would not "
-                "reproduce bit for bit on one machine and setting."
+                "threads per fold (set by --jobs) and on the CPU's rounding (its kind and model), so "
+                "these would not reproduce bit for bit on one machine and setting."
             )
     return out
 
