@@ -1,5 +1,6 @@
 """Workers die with their parent: a SIGKILLed ``dmlbench`` (OOM killer, job scheduler) leaves no
-fold-pool process training on (they stayed for over an hour before)."""
+fold-pool process training on (they stayed for over an hour before), even one killed while its
+workers were still starting."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 GRANDCHILD = """
 import time
-from benchmark.engine.parallel import die_with_parent
+from benchmark.engine.orphans import die_with_parent
 print("armed" if die_with_parent() else "unarmed", flush=True)
 time.sleep(600)
 """
@@ -22,6 +23,29 @@ time.sleep(600)
 CHILD = f"""
 import subprocess, sys, time
 g = subprocess.Popen([sys.executable, "-c", {GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)
+print(g.pid, g.stdout.readline().strip(), flush=True)
+time.sleep(600)
+"""
+
+
+# The grandchild is a guarded call whose arguments take 600 s to unpickle, as a worker's import of
+# torch can take long under load: it must already be armed while they load.
+GUARDED_GRANDCHILD = """
+import os, pickle, sys, time
+from benchmark.engine.orphans import guarded_call
+
+class SlowToLoad:
+    def __reduce__(self):
+        return (time.sleep, (600,))
+
+call = pickle.dumps((print, (SlowToLoad(),)))
+print("loading", flush=True)
+guarded_call(os.getppid(), True, call)
+"""
+
+GUARDED_CHILD = f"""
+import subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", {GUARDED_GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)
 print(g.pid, g.stdout.readline().strip(), flush=True)
 time.sleep(600)
 """
@@ -70,6 +94,42 @@ def test_the_parent_death_signal_kills_a_worker_at_once() -> None:
     assert wait_gone([grandchild], 3.0) == []
 
 
+def describe(pid: int) -> str:
+    """What a surviving process is and where it waits, for the failure message."""
+    proc = Path(f"/proc/{pid}")
+    parts = [str(pid)]
+    try:
+        parts.append(
+            " ".join(proc.joinpath("cmdline").read_bytes().decode(errors="replace").split("\0"))[:160]
+        )
+        keep = ("State", "PPid", "Threads", "SigBlk", "SigCgt")
+        parts += [line for line in proc.joinpath("status").read_text().splitlines() if line.startswith(keep)]
+        parts.append("wchan " + proc.joinpath("wchan").read_text())
+        parts.append("stack " + proc.joinpath("stack").read_text().replace("\n", " | "))
+    except OSError as e:  # gone meanwhile, or /proc/<pid>/stack needs root
+        parts.append(f"({e.strerror})")
+    return "; ".join(parts)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_guarded_worker_is_armed_before_its_call_is_unpickled() -> None:
+    """A parent killed while its worker still loads the call's modules leaves no worker behind."""
+    child = subprocess.Popen([sys.executable, "-c", GUARDED_CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    pid_text, state = child.stdout.readline().split()
+    grandchild = int(pid_text)
+    assert state == "loading" and alive(grandchild)
+    time.sleep(1.0)  # into the 600-s unpickling (arming takes milliseconds)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    survivors = wait_gone([grandchild], 5.0)
+    try:
+        assert survivors == [], f"alive 5 s after its parent was killed: {[describe(p) for p in survivors]}"
+    finally:
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, cache_dir: Path) -> None:
     env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
@@ -91,11 +151,12 @@ def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, 
         everyone = children(main.pid)  # fold workers and multiprocessing's resource tracker
         main.send_signal(signal.SIGKILL)  # the main process only, not its process group
         main.wait()
-        # An armed worker dies at once (the test above). One still importing torch when the parent
-        # died (CI ran this under full-suite load, where that took over 18 s) exits when its
-        # initializer sees the parent gone, so the wait allows for a slow start, not for a watch.
+        # An armed worker dies at once (the tests above); a worker is armed before it imports torch,
+        # so only one still starting Python when the parent died has to reach that point first.
         survivors = wait_gone(everyone, 120.0)
-        assert survivors == [], f"still alive 120 s after the parent was killed: {survivors}"
+        assert survivors == [], (
+            f"still alive 120 s after the parent was killed: {[describe(p) for p in survivors]}"
+        )
     finally:
         if main.poll() is None:
             main.kill()

@@ -10,14 +10,10 @@ depends only on its seed, so ``--jobs`` changes wall time, not numbers.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import multiprocessing as mp
 import os
 import queue
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -29,6 +25,7 @@ import torch
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
+from benchmark.engine.orphans import guard, guarded_call, spawned_by_main_thread
 from benchmark.engine.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 from benchmark.errors import TrainingDiverged
 from benchmark.metrics.knn import set_search_threads, use_gpu_search
@@ -120,53 +117,9 @@ _EVENTS: Any = None
 STEP_EVENT_S = 1.0
 
 
-#: prctl option: the signal this process gets when the thread that created it exits (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> bool:
-    """Ask Linux to SIGKILL this process when the thread that spawned it exits; whether it could.
-
-    A kernel guarantee, unlike the polling thread of :func:`watch_parent`, which needs the GIL and
-    so can be held off by a long call that keeps it. Only for a process spawned by its parent's
-    main thread: the signal follows the spawning *thread*, which for the main thread lives as long
-    as the process. Elsewhere than Linux (no prctl) it does nothing.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def watch_parent(parent_pid: int, spawned_by_main_thread: bool = False) -> None:
-    """Exit this worker process within a second of its parent ``parent_pid`` dying.
-
-    A parent killed with SIGKILL cannot shut its pool (or its search workers) down; without this
-    watchdog its workers would keep training (and competing for the CPU with the resumed run).
-    With ``spawned_by_main_thread`` the kernel also kills it at once (:func:`die_with_parent`).
-    """
-    if spawned_by_main_thread:
-        die_with_parent()
-    if os.getppid() != parent_pid:
-        os._exit(1)  # the parent died before the death signal was armed
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
-            time.sleep(1.0)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _init_worker(
-    setup: WorkerSetup, loader: Callable[[], FoldData], events: Any, parent_pid: int, main_thread: bool
-) -> None:
+def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData], events: Any) -> None:
+    """Pool initializer, run by :func:`~benchmark.engine.orphans.guarded_call` once the parent is watched."""
     global _SETUP, _DATA, _EVENTS
-    watch_parent(parent_pid, main_thread)
     torch.set_num_threads(setup.threads)
     set_search_threads(setup.threads)  # validation kNN: the worker's share of the cores
     _SETUP, _DATA, _EVENTS = setup, loader(), events
@@ -232,15 +185,15 @@ class FoldExecutor:
             self._pool = ProcessPoolExecutor(
                 self.jobs,
                 mp_context=ctx,
-                initializer=_init_worker,
-                # Workers are spawned by the thread that submits (this one): whether it is the main
-                # thread decides if they may ask for a parent-death signal (see die_with_parent).
+                # The parent watch is armed before the worker imports torch (see orphans). Workers are
+                # spawned by the thread that submits (this one): whether it is the main thread
+                # decides if they may ask for a parent-death signal (see orphans.die_with_parent).
+                initializer=guarded_call,
                 initargs=(
-                    self.setup,
-                    self._loader,
-                    self._events,
                     os.getpid(),
-                    threading.current_thread() is threading.main_thread(),
+                    spawned_by_main_thread(),
+                    guard(_init_worker, self.setup, self._loader),
+                    self._events,
                 ),
             )
         callbacks = {t.key: on_epoch(t) for t in tasks} if on_epoch else {}

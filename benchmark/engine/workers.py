@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
 
-from benchmark.engine.parallel import watch_parent
+from benchmark.engine.orphans import guard, guarded_call, spawned_by_main_thread
 from benchmark.errors import DmlbenchError
 from benchmark.metrics.knn import set_search_threads
 
@@ -38,11 +37,9 @@ def worker_main(
     entry: Callable[[Payload], None],
     payload: Payload,
     threads: int,
-    parent_pid: int,
-    main_thread: bool = False,
 ) -> None:
-    """Entry point of one worker process: ``entry(payload)`` (search trials until the budget is taken)."""
-    watch_parent(parent_pid, main_thread)
+    """Body of one worker process, run by :func:`~benchmark.engine.orphans.guarded_call` once the
+    parent is watched: ``entry(payload)`` (search trials until the budget is taken)."""
     torch.set_num_threads(threads)
     set_search_threads(threads)
     entry(payload)
@@ -65,12 +62,13 @@ def run_local_workers(
     """
     threads = worker_threads(len(payloads)) if jobs == 1 else 1
     ctx = mp.get_context("spawn")
-    main_thread = threading.current_thread() is threading.main_thread()  # see parallel.die_with_parent
+    main_thread = spawned_by_main_thread()  # see orphans.die_with_parent
     procs = []
     for k, payload in enumerate(payloads, start=1):
         p = ctx.Process(
-            target=worker_main,
-            args=(entry, payload, threads, os.getpid(), main_thread),
+            # Armed before the worker imports torch (see orphans).
+            target=guarded_call,
+            args=(os.getpid(), main_thread, guard(worker_main, entry, payload, threads)),
             name=f"dmlbench-worker-{k}",
         )
         p.start()
