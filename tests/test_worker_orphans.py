@@ -20,9 +20,12 @@ print("armed" if die_with_parent() else "unarmed", flush=True)
 time.sleep(600)
 """
 
-CHILD = f"""
+
+def child_script(grandchild: str) -> str:
+    """A parent that starts ``grandchild``, prints its pid and first line, and sleeps."""
+    return f"""
 import subprocess, sys, time
-g = subprocess.Popen([sys.executable, "-c", {GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)
+g = subprocess.Popen([sys.executable, "-c", {grandchild!r}], stdout=subprocess.PIPE, text=True)
 print(g.pid, g.stdout.readline().strip(), flush=True)
 time.sleep(600)
 """
@@ -41,13 +44,6 @@ class SlowToLoad:
 call = pickle.dumps((print, (SlowToLoad(),)))
 print("loading", flush=True)
 guarded_call(os.getppid(), True, call)
-"""
-
-GUARDED_CHILD = f"""
-import subprocess, sys, time
-g = subprocess.Popen([sys.executable, "-c", {GUARDED_GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)
-print(g.pid, g.stdout.readline().strip(), flush=True)
-time.sleep(600)
 """
 
 
@@ -81,19 +77,6 @@ def wait_gone(pids: list[int], seconds: float) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
-def test_the_parent_death_signal_kills_a_worker_at_once() -> None:
-    """No polling: the grandchild only armed the signal and sleeps; its parent is SIGKILLed."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    pid_text, state = child.stdout.readline().split()
-    grandchild = int(pid_text)
-    assert state == "armed" and alive(grandchild)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    assert wait_gone([grandchild], 3.0) == []
-
-
 def describe(pid: int) -> str:
     """What a surviving process is and where it waits, for the failure message."""
     proc = Path(f"/proc/{pid}")
@@ -111,23 +94,44 @@ def describe(pid: int) -> str:
     return "; ".join(parts)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
-def test_a_guarded_worker_is_armed_before_its_call_is_unpickled() -> None:
-    """A parent killed while its worker still loads the call's modules leaves no worker behind."""
-    child = subprocess.Popen([sys.executable, "-c", GUARDED_CHILD], stdout=subprocess.PIPE, text=True)
+def survivors_of_killed_parent(grandchild: str, state: str, settle_s: float, wait_s: float) -> list[str]:
+    """Start ``grandchild`` under a parent, check its first line is ``state``, let it run ``settle_s``
+    more, SIGKILL the parent only, and describe the grandchild if it is alive ``wait_s`` later."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", child_script(grandchild)], stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout is not None
-    pid_text, state = child.stdout.readline().split()
-    grandchild = int(pid_text)
-    assert state == "loading" and alive(grandchild)
-    time.sleep(1.0)  # into the 600-s unpickling (arming takes milliseconds)
+    pid_text, first_line = child.stdout.readline().split()
+    pid = int(pid_text)
+    assert first_line == state and alive(pid)
+    time.sleep(settle_s)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    survivors = wait_gone([grandchild], 5.0)
-    try:
-        assert survivors == [], f"alive 5 s after its parent was killed: {[describe(p) for p in survivors]}"
-    finally:
-        for pid in survivors:
-            os.kill(pid, signal.SIGKILL)
+    survivors = wait_gone([pid], wait_s)
+    states = [describe(p) for p in survivors]
+    for p in survivors:
+        os.kill(p, signal.SIGKILL)
+    return states
+
+
+LINUX_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's"
+)
+
+
+@LINUX_ONLY
+def test_the_parent_death_signal_kills_a_worker_at_once() -> None:
+    """No polling: the grandchild only armed the signal and sleeps; its parent is SIGKILLed."""
+    assert survivors_of_killed_parent(GRANDCHILD, "armed", 0.0, 3.0) == []
+
+
+@LINUX_ONLY
+def test_a_guarded_worker_is_armed_before_its_call_is_unpickled() -> None:
+    """A parent killed while its worker still loads the call's modules leaves no worker behind.
+
+    One second puts the kill inside the 600-s unpickling (arming takes milliseconds).
+    """
+    assert survivors_of_killed_parent(GUARDED_GRANDCHILD, "loading", 1.0, 5.0) == []
 
 
 @pytest.mark.slow
