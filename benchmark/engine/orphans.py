@@ -80,6 +80,6 @@ def guarded_call(parent_pid: int, spawned_by_main_thread: bool, call: bytes, *li
     return function(*args, *live)
 
 
-def spawned_by_main_thread() -> bool:
+def on_main_thread() -> bool:
     """Whether the calling thread is the main thread (then its spawned workers may arm the signal)."""
     return threading.current_thread() is threading.main_thread()

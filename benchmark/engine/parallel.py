@@ -25,7 +25,7 @@ import torch
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
-from benchmark.engine.orphans import guard, guarded_call, spawned_by_main_thread
+from benchmark.engine.orphans import guard, guarded_call, on_main_thread
 from benchmark.engine.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 from benchmark.errors import TrainingDiverged
 from benchmark.metrics.knn import set_search_threads, use_gpu_search
@@ -191,7 +191,7 @@ class FoldExecutor:
                 initializer=guarded_call,
                 initargs=(
                     os.getpid(),
-                    spawned_by_main_thread(),
+                    on_main_thread(),
                     guard(_init_worker, self.setup, self._loader),
                     self._events,
                 ),

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import torch
 
-from benchmark.engine.orphans import guard, guarded_call, spawned_by_main_thread
+from benchmark.engine.orphans import guard, guarded_call, on_main_thread
 from benchmark.errors import DmlbenchError
 from benchmark.metrics.knn import set_search_threads
 
@@ -62,7 +62,7 @@ def run_local_workers(
     """
     threads = worker_threads(len(payloads)) if jobs == 1 else 1
     ctx = mp.get_context("spawn")
-    main_thread = spawned_by_main_thread()  # see orphans.die_with_parent
+    main_thread = on_main_thread()  # see orphans.die_with_parent
     procs = []
     for k, payload in enumerate(payloads, start=1):
         p = ctx.Process(
