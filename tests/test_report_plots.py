@@ -18,6 +18,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from record_factory import MLRC, run_record, spread
 
 from benchmark.cli import report_cmd
+from benchmark.orphans import guarded_pool
 from benchmark.report import figure_files
 from benchmark.report.figure_files import save_figure, save_figures
 from benchmark.report.plots import (
@@ -108,12 +109,18 @@ def test_saving_processes_write_the_same_bytes(
     root, _ = plotted
     submitted: list[str] = []
 
-    class CountingPool(ProcessPoolExecutor):  # the real pool (figure_files'), counting what it is given
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            submitted.append(args[1])
-            return super().submit(fn, *args, **kwargs)
+    def counting_pool(workers: int) -> ProcessPoolExecutor:  # the real pool, counting what it is given
+        pool = guarded_pool(workers)
+        submit = pool.submit
 
-    monkeypatch.setattr(figure_files, "ProcessPoolExecutor", CountingPool)
+        def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.append(args[1])
+            return submit(fn, *args, **kwargs)
+
+        pool.submit = counted  # type: ignore[method-assign]
+        return pool
+
+    monkeypatch.setattr(figure_files, "guarded_pool", counting_pool)
     written: dict[int, dict[str, bytes]] = {}
     for jobs in (1, 2):
         copy = tmp_path / f"jobs{jobs}"

@@ -1,9 +1,11 @@
 """Workers die with their parent: a SIGKILLed ``dmlbench`` (OOM killer, job scheduler) leaves no
 fold-pool process training on (they stayed for over an hour before), even one killed while its
-workers were still starting."""
+workers were still starting, and no idle pool worker waiting for work (the figure-saving pool's
+stayed in CI)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 
 GRANDCHILD = """
 import time
-from benchmark.engine.orphans import die_with_parent
+from benchmark.orphans import die_with_parent
 print("armed" if die_with_parent() else "unarmed", flush=True)
 time.sleep(600)
 """
@@ -35,7 +37,7 @@ time.sleep(600)
 # torch can take long under load: it must already be armed while they load.
 GUARDED_GRANDCHILD = """
 import os, pickle, sys, time
-from benchmark.engine.orphans import guarded_call
+from benchmark.orphans import guarded_call
 
 class SlowToLoad:
     def __reduce__(self):
@@ -44,6 +46,19 @@ class SlowToLoad:
 call = pickle.dumps((print, (SlowToLoad(),)))
 print("loading", flush=True)
 guarded_call(os.getppid(), True, call)
+"""
+
+# A pool whose two workers have done their tasks and wait, idle, for more: as the figure-saving pool's
+# after its figures, and the fold pool's between trials.
+IDLE_POOL = """
+import os, time
+from benchmark.orphans import guarded_pool
+
+pool = guarded_pool(2)
+for future in [pool.submit(os.getpid) for _ in range(2)]:
+    future.result()
+print("idle", flush=True)
+time.sleep(600)
 """
 
 
@@ -105,9 +120,14 @@ def survivors_of_killed_parent(grandchild: str, state: str, settle_s: float, wai
     pid = int(pid_text)
     assert first_line == state and alive(pid)
     time.sleep(settle_s)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    survivors = wait_gone([pid], wait_s)
+    return kill_and_describe_survivors(child, [pid], wait_s)
+
+
+def kill_and_describe_survivors(parent: subprocess.Popen[str], pids: list[int], wait_s: float) -> list[str]:
+    """SIGKILL ``parent`` only; describe those of ``pids`` alive ``wait_s`` later (then kill them)."""
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    survivors = wait_gone(pids, wait_s)
     states = [describe(p) for p in survivors]
     for p in survivors:
         os.kill(p, signal.SIGKILL)
@@ -134,6 +154,45 @@ def test_a_guarded_worker_is_armed_before_its_call_is_unpickled() -> None:
     assert survivors_of_killed_parent(GUARDED_GRANDCHILD, "loading", 1.0, 5.0) == []
 
 
+@LINUX_ONLY
+def test_idle_workers_of_a_guarded_pool_exit_with_their_parent() -> None:
+    """Idle workers block reading their task pipe, whose write end they hold themselves: without the
+    guard they wait for ever (checked by making ``guarded_pool`` return a plain pool: both workers
+    and the resource tracker were still there)."""
+    parent = subprocess.Popen([sys.executable, "-c", IDLE_POOL], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    assert parent.stdout.readline().strip() == "idle"
+    pool = children(parent.pid)  # the two workers and multiprocessing's resource tracker
+    assert len(pool) == 3
+    assert kill_and_describe_survivors(parent, pool, 10.0) == []
+
+
+def process_starts(tree: ast.AST) -> list[ast.Call]:
+    """Calls in ``tree`` that start processes of ``multiprocessing`` or ``concurrent.futures``."""
+    names = {"ProcessPoolExecutor", "Process", "Pool"}
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)) in names
+    ]
+
+
+def test_every_worker_process_of_the_package_is_guarded() -> None:
+    """Pools come from ``orphans.guarded_pool``; single processes run ``orphans.guarded_call``."""
+    package = Path(__file__).resolve().parents[1] / "benchmark"
+    unguarded = []
+    for path in sorted(package.rglob("*.py")):
+        for call in process_starts(ast.parse(path.read_text(), str(path))):
+            target = next((k.value for k in call.keywords if k.arg == "target"), None)
+            guarded = path == package / "orphans.py" or (
+                isinstance(target, ast.Name) and target.id == "guarded_call"
+            )
+            if not guarded:
+                unguarded.append(f"{path.relative_to(package.parent)}:{call.lineno}")
+    assert unguarded == [], f"process starts outside benchmark.orphans: {unguarded}"
+
+
 @pytest.mark.slow
 def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, cache_dir: Path) -> None:
     env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
@@ -152,7 +211,8 @@ def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, 
         assert len(workers) >= 2 and main.poll() is None, "the fold pool never started"
         time.sleep(8)  # usually enough for the workers to import torch and run their initializer
         assert main.poll() is None, "the run ended before it could be killed"
-        everyone = children(main.pid)  # fold workers and multiprocessing's resource tracker
+        # Fold workers, or figure-saving ones where training is over, and the resource tracker.
+        everyone = children(main.pid)
         main.send_signal(signal.SIGKILL)  # the main process only, not its process group
         main.wait()
         # An armed worker dies at once (the tests above); a worker is armed before it imports torch,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,11 +24,11 @@ import torch
 
 from benchmark.config import RunConfig
 from benchmark.data.augment import AugmentSpec
-from benchmark.engine.orphans import guard, guarded_call, on_main_thread
 from benchmark.engine.train import EpochCallback, FoldResult, StepCallback, embed_samples, train_fold
 from benchmark.errors import TrainingDiverged
 from benchmark.metrics.knn import set_search_threads, use_gpu_search
 from benchmark.models.features import Samples
+from benchmark.orphans import guard, guarded_pool
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ STEP_EVENT_S = 1.0
 
 
 def _init_worker(setup: WorkerSetup, loader: Callable[[], FoldData], events: Any) -> None:
-    """Pool initializer, run by :func:`~benchmark.engine.orphans.guarded_call` once the parent is watched."""
+    """Pool initializer, run by :func:`~benchmark.orphans.guarded_call` once the parent is watched."""
     global _SETUP, _DATA, _EVENTS
     torch.set_num_threads(setup.threads)
     set_search_threads(setup.threads)  # validation kNN: the worker's share of the cores
@@ -177,25 +176,10 @@ class FoldExecutor:
                 )
             return
         if self._pool is None:
-            # spawn, not fork: forking a process whose OpenMP/torch thread pools are running can hang.
-            ctx = mp.get_context("spawn")
             # A plain queue handed over at worker creation (no Manager: its server process would
-            # outlive a killed parent).
-            self._events = ctx.Queue()
-            self._pool = ProcessPoolExecutor(
-                self.jobs,
-                mp_context=ctx,
-                # The parent watch is armed before the worker imports torch (see orphans). Workers are
-                # spawned by the thread that submits (this one): whether it is the main thread
-                # decides if they may ask for a parent-death signal (see orphans.die_with_parent).
-                initializer=guarded_call,
-                initargs=(
-                    os.getpid(),
-                    on_main_thread(),
-                    guard(_init_worker, self.setup, self._loader),
-                    self._events,
-                ),
-            )
+            # outlive a killed parent). Workers are spawned by the thread that submits (this one).
+            self._events = mp.get_context("spawn").Queue()
+            self._pool = guarded_pool(self.jobs, guard(_init_worker, self.setup, self._loader), self._events)
         callbacks = {t.key: on_epoch(t) for t in tasks} if on_epoch else {}
         step_callbacks = {t.key: on_step(t) for t in tasks} if on_step else {}
         pending: set[Future[FoldOutcome]] = {self._pool.submit(_run_in_worker, t) for t in tasks}

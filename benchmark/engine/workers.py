@@ -19,9 +19,9 @@ from typing import TypeVar
 
 import torch
 
-from benchmark.engine.orphans import guard, guarded_call, on_main_thread
 from benchmark.errors import DmlbenchError
 from benchmark.metrics.knn import set_search_threads
+from benchmark.orphans import guard, guarded_call, on_main_thread
 
 #: What one worker process is given (a protocol's run request, e.g.); pickled to the process.
 Payload = TypeVar("Payload")
@@ -38,7 +38,7 @@ def worker_main(
     payload: Payload,
     threads: int,
 ) -> None:
-    """Body of one worker process, run by :func:`~benchmark.engine.orphans.guarded_call` once the
+    """Body of one worker process, run by :func:`~benchmark.orphans.guarded_call` once the
     parent is watched: ``entry(payload)`` (search trials until the budget is taken)."""
     torch.set_num_threads(threads)
     set_search_threads(threads)

@@ -8,7 +8,7 @@ to lock the directory owns it until it exits; a second one stops at once with a
 The kernel releases an ``flock`` when its holder dies, however it dies (``kill -9``, the OOM
 killer), so a lock left by a killed process is never stale: the next run takes it over, and
 overwrites the old owner's details. ``--workers N`` processes do not take the lock; their parent
-holds it for them while they run, and they exit with it (benchmark.engine.orphans.watch_parent).
+holds it for them while they run, and they exit with it (benchmark.orphans.watch_parent).
 Within one process the lock is re-entrant (a counter per directory): ``flock`` would otherwise
 refuse a second open of the same file by the process that already holds it.
 """

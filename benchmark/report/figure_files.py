@@ -12,17 +12,16 @@ Kept free of torch and of the rest of the package, so that a spawned saving proc
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from benchmark.io import atomic_write
+from benchmark.orphans import guarded_pool
 
 #: The file formats written for every figure, in order (the PNG first: its draw fixes the layout).
 FORMATS = ("png", "pdf")
@@ -76,10 +75,7 @@ def save_figures(figures: Sequence[tuple[Figure, Path]], jobs: int | None = None
     if jobs == 1 or len(figures) < 2:
         return [p for fig, stem in figures for p in save_figure(fig, stem)]
     order = sorted(range(len(figures)), key=lambda i: -len(figures[i][0].axes))
-    # Spawn, not fork: the run's process may hold torch's thread pools, which a forked child inherits
-    # in an unusable state.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(figures)), mp_context=context) as pool:
+    with guarded_pool(min(jobs, len(figures))) as pool:
         futures = {
             i: pool.submit(_save_pickled, pickle.dumps(figures[i][0]), str(figures[i][1])) for i in order
         }

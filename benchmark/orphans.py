@@ -1,8 +1,10 @@
 """Spawned worker processes that die with their parent, armed before they import anything heavy.
 
-A parent killed with SIGKILL (the OOM killer, a job scheduler) cannot stop its fold-pool or
-``--workers`` processes; left alone they would train on for hours beside the resumed run. Each
-worker therefore asks the kernel for a parent-death signal and also watches its parent's pid.
+A parent killed with SIGKILL (the OOM killer, a job scheduler) cannot stop its fold-pool,
+``--workers`` or figure-saving processes; left alone they would train on for hours beside the
+resumed run, or wait for work for ever. Each worker therefore asks the kernel for a parent-death
+signal and also watches its parent's pid. Every process the package starts comes from here
+(tests/test_worker_orphans.py checks the source).
 
 Why this module imports nothing heavy: a spawned process unpickles its target and arguments
 before it runs any of our code, and unpickling a reference to a function of a torch-importing
@@ -15,6 +17,7 @@ the real call (see :func:`guard`).
 from __future__ import annotations
 
 import ctypes
+import multiprocessing as mp
 import os
 import pickle
 import signal
@@ -22,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 #: prctl option: the signal this process gets when the thread that created it exits (linux/prctl.h).
@@ -78,6 +82,28 @@ def guarded_call(parent_pid: int, spawned_by_main_thread: bool, call: bytes, *li
     watch_parent(parent_pid, spawned_by_main_thread)
     function, args = pickle.loads(call)
     return function(*args, *live)
+
+
+def _nothing() -> None:
+    """The call of a pool that needs no set-up of its own."""
+
+
+def guarded_pool(workers: int, call: bytes | None = None, *live: Any) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes that die with this one, each set up by ``call`` (from
+    :func:`guard`, with ``live`` appended; none by default) once its parent is watched.
+
+    Every process pool of dmlbench is one of these: an unwatched pool's idle workers wait for work
+    on a pipe that they hold open themselves, so a SIGKILLed parent left them waiting forever (the
+    figure-saving pool did, in CI). Spawn, not fork: a forked child of a process whose OpenMP/torch
+    thread pools run inherits them in an unusable state and can hang. Workers start in the thread
+    that submits the first tasks; create the pool there (see :func:`die_with_parent`).
+    """
+    return ProcessPoolExecutor(
+        workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=guarded_call,
+        initargs=(os.getpid(), on_main_thread(), guard(_nothing) if call is None else call, *live),
+    )
 
 
 def on_main_thread() -> bool:
