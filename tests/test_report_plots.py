@@ -23,6 +23,7 @@ from benchmark.report import figure_files
 from benchmark.report.figure_files import save_figure, save_figures
 from benchmark.report.plots import (
     MIN_IMPORTANCE_TRIALS,
+    PLOT_KINDS,
     importance_target_quantile,
     param_importances,
     training_wall_s,
@@ -30,7 +31,7 @@ from benchmark.report.plots import (
 )
 
 SPACE = {"margin": {"low": 0.0, "high": 1.0, "log": False}, "lr": {"low": 1e-6, "high": 1.0, "log": True}}
-KINDS = ("metrics", "history", "val_curves", "wall_time", "importance")
+KINDS = PLOT_KINDS
 
 
 def trial(
@@ -153,6 +154,27 @@ def test_too_few_trials_noted(plotted: tuple[Path, str]) -> None:
     assert note in messages
     readme = (root / "glyphs" / "mlrc" / "plots" / "README.md").read_text()
     assert note in readme and "fold epochs (search + test stages)" in readme
+
+
+def test_figures_no_longer_drawn_are_removed(plotted: tuple[Path, str], tmp_path: Path) -> None:
+    """A figure file of a section or kind the leaderboard no longer draws goes; other files stay."""
+    root, _ = plotted
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    folder = copy / "glyphs" / "mlrc" / "plots"
+    stale = [f"{kind}-mini-earlier-f4cab4.{fmt}" for kind in KINDS for fmt in ("png", "pdf")]
+    stale += ["importance-paper.png", "metrics-paper.pdf"]
+    others = ["notes.png", "metrics.txt", "my-metrics-mini.png"]
+    for name in stale + others:
+        (folder / name).write_bytes(b"old")
+    logged: list[str] = []
+    paths = write_plots(copy, "glyphs", "mlrc", log=logged.append, jobs=1)
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted([p.name for p in paths] + others)
+    assert not set(stale) & set(left)
+    assert {f"{kind}-mini.{fmt}" for kind in KINDS for fmt in ("png", "pdf")} <= set(left)
+    removed = [m for m in logged if m.startswith("plots: removed ")]
+    assert sorted(m.split()[2] for m in removed) == sorted(stale)
 
 
 def test_no_records_no_plots(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
 from benchmark.records import RunRecord, SearchDoc, TrialDoc, as_record, latest_per_loss, nan_if_none
-from benchmark.report.figure_files import save_figures
+from benchmark.report.figure_files import FORMATS, save_figures
 from benchmark.report.leaderboard import (
     MODES,
     UNTRAINED,
@@ -60,6 +60,8 @@ from benchmark.report.leaderboard import (
 # (the `mini` budget's 10 trials get none; `paper`'s 50 do).
 MIN_IMPORTANCE_TRIALS = 20
 OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
+#: The figures a section can have; each is saved as ``<kind>-<section slug>.{png,pdf}``.
+PLOT_KINDS = ("metrics", "history", "val_curves", "wall_time", "importance")
 Log = Callable[[str], None]
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -485,6 +487,26 @@ Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
 """
 
 
+def stale_plots(folder: Path, written: Sequence[Path]) -> list[Path]:
+    """The figure files in ``folder`` (``<kind>-*.png``/``.pdf`` of a :data:`PLOT_KINDS` kind) that
+    are not in ``written``, sorted by name.
+
+    ``write_plots`` redraws every section of every budget, so such a file is a figure of a section
+    that no longer exists (an earlier-settings group whose losses were all rerun, a budget whose
+    records were removed) or of a kind with nothing to plot now; left in place, it would sit beside
+    the current plots as if it were one. Other files in the folder are not touched.
+    """
+    keep = {p.name for p in written}
+    found = (
+        p
+        for kind in PLOT_KINDS
+        for fmt in FORMATS
+        for p in folder.glob(f"{kind}-*.{fmt}")
+        if p.is_file() and p.name not in keep
+    )
+    return sorted(found, key=lambda p: p.name)
+
+
 def write_plots(
     results_dir: Path,
     dataset: str,
@@ -502,6 +524,8 @@ def write_plots(
     what was skipped). Skipped plots/losses are reported through ``log`` (default: stderr). No
     records means no plots (an empty list). The figures are saved by up to ``jobs`` processes
     (:func:`benchmark.report.figure_files.save_figures`; the files do not depend on ``jobs``).
+    Figure files that this call did not write are removed (:func:`stale_plots`), so the folder
+    holds the current figures only.
     """
     log = log or _stderr
     if leaderboard is None:
@@ -545,6 +569,9 @@ def write_plots(
             else:
                 to_save.append((fig, folder / f"{kind}-{slug}"))
     paths = save_figures(to_save, jobs)
+    for stale in stale_plots(folder, paths):
+        stale.unlink()
+        log(f"plots: removed {stale.name} (a figure this leaderboard no longer draws).")
     readme = folder / "README.md"
     text = _README.format(dataset=dataset, protocol=protocol, min_trials=MIN_IMPORTANCE_TRIALS)
     earlier = [s.slug for s in leaderboard.sections if s.earlier]
