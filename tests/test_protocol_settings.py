@@ -364,14 +364,32 @@ def test_current_layout_moves_a_protocols_own_keys_and_keeps_real_differences() 
     assert current_layout(now) == now
 
 
+def _former_layout(config: dict[str, Any]) -> dict[str, Any]:
+    """An MLRC ``config`` as runs wrote it before issue 29: every moved key at its neutral value."""
+    out: dict[str, Any] = json.loads(json.dumps(current_layout(config)))
+    for key, moved in MOVED_KEYS.items():
+        table, field = key.split(".")
+        out.setdefault(table, {})[field] = moved.neutral
+    return out
+
+
 def test_a_record_in_todays_layout_is_a_replicate_of_a_committed_one() -> None:
-    # A new seed's record (config written by today's code) folds with the committed seeds of its
-    # configuration: the replicate key compares configs in today's layout.
-    for path in sorted((RESULTS / "omniglot" / "mlrc" / "records").glob("*.json"))[:5]:
-        old = json.loads(path.read_text(encoding="utf-8"))
-        new = {**old, "seed": 99, "config": current_layout(old["config"])}
-        assert new["config"] != old["config"]
-        assert replicate_key(new) == replicate_key(old)
+    # A new seed's record (config written by today's code) folds with the seeds of its configuration
+    # written before the move, and the reverse: the replicate key compares configs in today's
+    # layout. Built from each committed record so that it holds whichever layout the boards are in.
+    paths = sorted((RESULTS / "omniglot" / "mlrc" / "records").glob("*.json"))
+    assert paths
+    for path in paths:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        now = {**record, "config": current_layout(record["config"])}
+        before = {**record, "seed": 99, "config": _former_layout(record["config"])}
+        assert before["config"] != now["config"]
+        assert current_layout(now["config"]) == now["config"]
+        assert replicate_key(before) == replicate_key(now) == replicate_key(record), path
+        # A real difference in a moved key (an MLRC run that set one) is another configuration.
+        changed = {**before, "config": json.loads(json.dumps(before["config"]))}
+        changed["config"]["train"]["warmup_epochs"] = 3
+        assert replicate_key(changed) != replicate_key(now), path
 
 
 @pytest.mark.parametrize("dataset", ["glyphs", "omniglot"])
