@@ -162,7 +162,7 @@ def test_figures_no_longer_drawn_are_removed(plotted: tuple[Path, str], tmp_path
     copy = tmp_path / "results"
     shutil.copytree(root, copy)
     folder = copy / "glyphs" / "mlrc" / "plots"
-    stale = [f"{kind}-mini-earlier-f4cab4.{fmt}" for kind in KINDS for fmt in ("png", "pdf")]
+    stale = [f"{kind}-mini-earlier-f4cab4.{fmt}" for kind in KINDS for fmt in figure_files.FORMATS]
     stale += ["importance-paper.png", "metrics-paper.pdf"]
     others = ["notes.png", "metrics.txt", "my-metrics-mini.png"]
     for name in stale + others:
@@ -172,7 +172,7 @@ def test_figures_no_longer_drawn_are_removed(plotted: tuple[Path, str], tmp_path
     left = sorted(p.name for p in folder.iterdir())
     assert left == sorted([p.name for p in paths] + others)
     assert not set(stale) & set(left)
-    assert {f"{kind}-mini.{fmt}" for kind in KINDS for fmt in ("png", "pdf")} <= set(left)
+    assert {f"{kind}-mini.{fmt}" for kind in KINDS for fmt in figure_files.FORMATS} <= set(left)
     removed = [m for m in logged if m.startswith("plots: removed ")]
     assert sorted(m.split()[2] for m in removed) == sorted(stale)
 

@@ -29,7 +29,7 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -60,8 +60,10 @@ from benchmark.report.leaderboard import (
 # (the `mini` budget's 10 trials get none; `paper`'s 50 do).
 MIN_IMPORTANCE_TRIALS = 20
 OBJECTIVE_LABEL = "objective (mean best val MAP@R)"
-#: The figures a section can have; each is saved as ``<kind>-<section slug>.{png,pdf}``.
-PLOT_KINDS = ("metrics", "history", "val_curves", "wall_time", "importance")
+#: The figures a section can have; each is saved as ``<kind>-<section slug>.{png,pdf}``. A kind
+#: drawn must be one of these (the type says so), so that :func:`stale_plots` prunes its old files.
+PlotKind = Literal["metrics", "history", "val_curves", "wall_time", "importance"]
+PLOT_KINDS: tuple[PlotKind, ...] = get_args(PlotKind)
 Log = Callable[[str], None]
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -548,7 +550,7 @@ def write_plots(
         # drawn into one figure (the label titles them, the slug names their files).
         budget, chosen, metrics = section.label, list(section.chosen), section.metrics
         slug = section.slug
-        figures: list[tuple[str, Figure | None]] = []
+        figures: list[tuple[PlotKind, Figure | None]] = []
         if metrics:
             figures.append(("metrics", plot_metrics(list(section.records), metrics, budget)))
         else:
