@@ -219,3 +219,45 @@ def test_fold_epoch_speed_refuses_to_let_a_set_override_the_fixed_epochs(cache_d
     proc = script_process("fold_epoch_speed.py", ["--set", "train.patience=3"], cache_dir)
     assert proc.returncode != 0
     assert "--set train.patience=3" in proc.stderr and "--epochs" in proc.stderr
+
+
+OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot"
+
+
+@pytest.mark.skipif(not OMNIGLOT.is_dir(), reason=f"Omniglot data not at {OMNIGLOT}")
+def test_fold_blocks_prints_each_blocks_alphabets_and_each_folds_levels(cache_dir: Path) -> None:
+    import json
+
+    from benchmark.records import board_key
+
+    out = run_script("fold_blocks.py", ["--data-dir", str(OMNIGLOT), "--exclude", "margin"], cache_dir)
+    blocks = re.findall(r"^\| (test|fold \d validation) \| (\d+) \| (.+) \|$", out, re.M)
+    assert [b[0] for b in blocks] == ["test"] + [f"fold {i} validation" for i in range(4)]
+    for _, n, alphabets in blocks:
+        assert sum(int(k) for k in re.findall(r"\((\d+)\)(?:,|$)", alphabets)) == int(n)
+    # The levels, recomputed from the record files of the current mini settings (the newest
+    # mini record's board key), margin left out.
+    docs = [
+        json.loads(p.read_text()) for p in (REPO / "results" / "omniglot" / "mlrc" / "records").glob("*.json")
+    ]
+    mini = [d for d in docs if d["budget"] == "mini"]
+    key = board_key(max(mini, key=lambda d: d["created"]))
+    group = [d for d in mini if board_key(d) == key and d["loss"] != "margin"]
+    assert f", {len(group)} records (" in out
+    for i in range(4):
+        folds = [rep["folds"][i] for d in group for rep in d["test"]["rep_details"]]
+        zero = [v for f in folds for e, v in f["curve"] if e == 0]
+        best = [f["best_val_map_at_r"] for f in folds]
+        row = (
+            f"| {i} | {len(folds)} | {100 * min(zero):.1f}–{100 * max(zero):.1f} | "
+            f"{100 * min(best):.1f}–{100 * max(best):.1f} |"
+        )
+        assert row in out.splitlines(), row
+
+
+@pytest.mark.slow
+def test_fold_blocks_refuses_records_made_on_other_data(tmp_path: Path, cache_dir: Path) -> None:
+    data = write_fake_omniglot(tmp_path / "omniglot", n_classes=16, n_drawers=3)
+    proc = script_process("fold_blocks.py", ["--data-dir", str(data)], cache_dir)
+    assert proc.returncode == 2
+    assert "split fingerprints" in proc.stderr and "they were made on other data" in proc.stderr

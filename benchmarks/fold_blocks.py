@@ -1,0 +1,116 @@
+"""Which alphabets each block of Omniglot's MLRC split holds, and each fold's validation level.
+
+The MLRC split (docs/protocols.md §2.1) cuts the sorted class ids into contiguous blocks.
+Omniglot's character ids run alphabet by alphabet, so each block is one to four alphabets, not a
+sample of all of them. This script prints, for the data at ``--data-dir``:
+
+1. per block (test, and each fold's validation classes): its classes per alphabet;
+2. per fold, over the test-stage fold trainings of the board's current ``--budget`` section
+   (every record of its board settings: each seed of each loss, every test repetition): the
+   validation MAP@R of the untrained model (epoch 0) and the best one, as min–max over them.
+
+A fold whose validation alphabets are hard (look-alike characters) scores lower for every loss,
+trained or not; the search objective is the mean over folds, so such a fold lowers every loss's
+objective alike. The split is recomputed from the data and checked against the records' split
+fingerprint (a mismatch is an error: the records were made on other data).
+
+    python benchmarks/fold_blocks.py [--data-dir ../shared/data/omniglot] [--results-dir results]
+                                     [--budget mini] [--exclude margin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from benchmark.data.omniglot import read_characters
+from benchmark.data.splits import MLRCSplit, mlrc_split
+from benchmark.records import RunRecord
+from benchmark.report.leaderboard import load_leaderboard
+
+
+def alphabet(name: str) -> str:
+    """``<alphabet>/<characterNN>`` -> the alphabet, underscores as spaces."""
+    return name.split("/")[0].replace("_", " ")
+
+
+def block_table(split: MLRCSplit, names: Mapping[int, str]) -> str:
+    """A markdown table: each block's class count and its classes per alphabet (most first)."""
+    blocks = [("test", split.test)] + [(f"fold {i} validation", f.val) for i, f in enumerate(split.folds)]
+    lines = ["| block | classes | alphabets (classes) |", "|---|---|---|"]
+    for label, classes in blocks:
+        counts = Counter(alphabet(names[c]) for c in classes)
+        parts = ", ".join(f"{a} ({n})" for a, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"| {label} | {len(classes)} | {parts} |")
+    return "\n".join(lines)
+
+
+def fold_levels(records: Sequence[RunRecord], n_folds: int) -> list[tuple[list[float], list[float]]]:
+    """Per fold: (epoch-0 validation MAP@R, best validation MAP@R) of every test-stage fold training
+    of ``records`` (a training without an epoch-0 point adds to the best list only)."""
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in range(n_folds)]
+    for record in records:
+        for rep in record.test["rep_details"]:
+            for i, fold in enumerate(rep["folds"]):
+                untrained, best = out[i]
+                best.append(float(fold["best_val_map_at_r"]))
+                untrained.extend(float(v) for epoch, v in fold.get("curve") or [] if epoch == 0)
+    return out
+
+
+def _span(values: Sequence[float]) -> str:
+    return f"{100 * min(values):.1f}–{100 * max(values):.1f}" if values else "–"
+
+
+def level_table(levels: Sequence[tuple[Sequence[float], Sequence[float]]]) -> str:
+    """A markdown table of :func:`fold_levels`: per fold, the count and the min–max (percent)."""
+    lines = [
+        "| fold | fold trainings | untrained val MAP@R (epoch 0) | best val MAP@R |",
+        "|---|---|---|---|",
+    ]
+    for i, (untrained, best) in enumerate(levels):
+        lines.append(f"| {i} | {len(best)} | {_span(untrained)} | {_span(best)} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", type=Path, default=Path("../shared/data/omniglot"))
+    ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--budget", default="mini")
+    ap.add_argument("--exclude", default="", help="comma-separated losses left out of the fold levels")
+    args = ap.parse_args(argv)
+
+    _, labels, names = read_characters(args.data_dir)
+    split = mlrc_split(labels.tolist())
+    board = load_leaderboard(args.results_dir, "omniglot", "mlrc", budget=args.budget, require_metric=False)
+    current = [s for s in board.sections if s.budget == args.budget and not s.earlier]
+    if not current:
+        print(f"No {args.budget!r} records for omniglot/mlrc under {args.results_dir}.", file=sys.stderr)
+        return 2
+    excluded = {x for x in args.exclude.split(",") if x}
+    records = [r for r in current[0].records if r.loss not in excluded]
+    stored = {r.document.get("data", {}).get("split_fingerprint") for r in records}
+    if stored != {split.fingerprint()}:
+        print(
+            f"The records' split fingerprints {sorted(map(str, stored))} differ from the split of the data "
+            f"at {args.data_dir} ({split.fingerprint()}): they were made on other data.",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"Omniglot at {args.data_dir}: {len(names)} classes, {len(labels)} images.\n")
+    print(block_table(split, names))
+    losses = ", ".join(sorted({r.loss for r in records}))
+    print(
+        f"\nTest-stage fold trainings of `{current[0].label}`, {len(records)} records ({losses}); "
+        "min–max, percent:\n"
+    )
+    print(level_table(fold_levels(records, len(split.folds))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
