@@ -10,9 +10,10 @@ sample of all of them. This script prints, for the data at ``--data-dir``:
    validation MAP@R of the untrained model (epoch 0) and the best one, as min–max over them.
 
 A fold whose validation alphabets are hard (look-alike characters) scores lower for every loss,
-trained or not; the search objective is the mean over folds, so such a fold lowers every loss's
-objective alike. The split is recomputed from the data and checked against the records' split
-fingerprint (a mismatch is an error: the records were made on other data).
+trained or not; the search objective is the mean over folds, so such a fold lowers every trial's
+objective and, its values spanning less, weighs less in which trial wins. The split is
+recomputed from the data and checked against the records' split fingerprint (a mismatch is an
+error: the records were made on other data).
 
     python benchmarks/fold_blocks.py [--data-dir ../shared/data/omniglot] [--results-dir results]
                                      [--budget mini] [--exclude margin]

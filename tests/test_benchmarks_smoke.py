@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import OMNIGLOT
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -219,9 +220,6 @@ def test_fold_epoch_speed_refuses_to_let_a_set_override_the_fixed_epochs(cache_d
     proc = script_process("fold_epoch_speed.py", ["--set", "train.patience=3"], cache_dir)
     assert proc.returncode != 0
     assert "--set train.patience=3" in proc.stderr and "--epochs" in proc.stderr
-
-
-OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot"
 
 
 @pytest.mark.skipif(not OMNIGLOT.is_dir(), reason=f"Omniglot data not at {OMNIGLOT}")
