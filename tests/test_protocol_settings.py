@@ -10,6 +10,7 @@ before torch is imported; committed records, leaderboards and regression baselin
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -366,7 +367,7 @@ def test_current_layout_moves_a_protocols_own_keys_and_keeps_real_differences() 
 
 def _former_layout(config: dict[str, Any]) -> dict[str, Any]:
     """An MLRC ``config`` as runs wrote it before issue 29: every moved key at its neutral value."""
-    out: dict[str, Any] = json.loads(json.dumps(current_layout(config)))
+    out: dict[str, Any] = copy.deepcopy(current_layout(config))
     for key, moved in MOVED_KEYS.items():
         table, field = key.split(".")
         out.setdefault(table, {})[field] = moved.neutral
@@ -387,7 +388,7 @@ def test_a_record_in_todays_layout_is_a_replicate_of_a_committed_one() -> None:
         assert current_layout(now["config"]) == now["config"]
         assert replicate_key(before) == replicate_key(now) == replicate_key(record), path
         # A real difference in a moved key (an MLRC run that set one) is another configuration.
-        changed = {**before, "config": json.loads(json.dumps(before["config"]))}
+        changed = {**before, "config": copy.deepcopy(before["config"])}
         changed["config"]["train"]["warmup_epochs"] = 3
         assert replicate_key(changed) != replicate_key(now), path
 
