@@ -28,7 +28,9 @@ takes the machine's heavy-work lock around each run (one heavy job at a time;
 A run is ``dmlbench run`` itself, so an interrupted one resumes where it stopped on the next call.
 Each run also rewrites the board's tables and plots in the clone from every record there, so as a
 record lands, copy ``results/<dataset>/mlrc/`` (records, tables, plots) from the clone into main,
-look at the plots, refresh the README excerpt (``python -m benchmark.report.readme``) and commit.
+look at the plots, refresh the README excerpt (``python -m benchmark.report.readme``), rewrite the
+calibration pages when the loss is one of the calibration check's six (``benchmarks/sensitivity.py``
+reads its ``calibp10`` references from the boards) and commit.
 
 ``adopt --from DIR`` takes records another script already made at today's settings instead of
 rerunning them: each planned record that the board lacks or holds at earlier settings is copied

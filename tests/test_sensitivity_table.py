@@ -230,7 +230,7 @@ def test_the_committed_tables_are_what_their_generating_command_writes(doc: str,
     assert argv[:3] == ["python", "benchmarks/sensitivity.py", "table"], argv
     out = tmp_path / doc
     assert sens.main([*argv[2:], "--out", str(out)]) == 0
-    assert out.read_text() == committed
+    assert out.read_text() == committed, f"docs/{doc} is stale: rewrite it with `{' '.join(argv)}`"
 
 
 def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
@@ -246,6 +246,7 @@ def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
     for name in ("mini-earlier", "calibp10"):
         (tmp_path / name).symlink_to(sens.OUT_ROOT / name)
     monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
+    monkeypatch.setattr(sens, "BOARD_ROOT", tmp_path / "no-board")  # only the variant's own records
     target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
     target.parent.mkdir(parents=True)
     document = json.loads(source.read_text())
@@ -295,3 +296,58 @@ def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
     assert got.mean == pytest.approx(np.mean([means[x] for x in cls]) - np.mean([means[x] for x in pair]))
     by_hand = sum(var[x] for x in cls) / len(cls) ** 2 + sum(var[x] for x in pair) / len(pair) ** 2
     assert got.var_mean == pytest.approx(by_hand, rel=1e-12) and got.df == 7.0
+
+
+def _copy_record(source: Path, target: Path, patience: int | None = None) -> None:
+    import json
+
+    document = json.loads(source.read_text())
+    if patience is not None:
+        document["config"]["train"]["patience"] = patience
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(document))
+
+
+def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``calibp10`` is today's ``mini``: a board record made at the board settings of the variant's
+    own records (of any loss) is its reference too, so the check needs no second run of it; a
+    board record at other settings is not, a seed the variant ran itself is not counted twice, and
+    a variant without records of its own takes none from the board."""
+    sens = _module()
+    committed = REPO / "results" / "glyphs" / "mlrc" / "records"
+    own = sens.OUT_ROOT / "calibp10" / "glyphs" / "mlrc" / "records" / "margin.mini.seed0.json"
+    sens_root, board_root = tmp_path / "sensitivity", tmp_path / "results"
+    monkeypatch.setattr(sens, "OUT_ROOT", sens_root)
+    monkeypatch.setattr(sens, "BOARD_ROOT", board_root)
+    board = board_root / "glyphs" / "mlrc" / "records"
+    _copy_record(own, sens_root / "calibp10" / "glyphs" / "mlrc" / "records" / own.name)
+    _copy_record(own, board / own.name)  # the same seed: the variant's own record wins
+    _copy_record(committed / "contrastive.mini.seed0.json", board / "contrastive.mini.seed0.json")
+    _copy_record(committed / "triplet.mini.seed0.json", board / "triplet.mini.seed0.json", patience=3)
+    assert sens.key_and_seed(board / "contrastive.mini.seed0.json")[0] == sens.key_and_seed(own)[0]
+
+    assert sens.variant_paths("calibp10", "glyphs", "contrastive") == [board / "contrastive.mini.seed0.json"]
+    assert sens.variant_paths("calibp10", "glyphs", "margin") == [
+        sens_root / "calibp10" / "glyphs" / "mlrc" / "records" / own.name
+    ]
+    assert sens.variant_paths("calibp10", "glyphs", "triplet") == []  # other settings (patience 3)
+    assert sens.variant_paths("calibp10x2", "glyphs", "contrastive") == []  # no records of its own
+
+    lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
+    (row,) = [line for line in lines if line.startswith("| contrastive |")]
+    mean = np.mean(sens.rep_values(sens.load_record(committed / "contrastive.mini.seed0.json"), "separated"))
+    assert row == f"| contrastive | pair | {100 * mean:.2f} (1) | not run |"
+    (row,) = [line for line in lines if line.startswith("| triplet |")]
+    assert row == "| triplet | pair | not run | – |"
+
+    def no_run(*args: object) -> int:
+        raise AssertionError(f"ran {args}")
+
+    monkeypatch.setattr(sens, "run_heavy", no_run)
+    assert sens.main(["run", "--variants", "calibp10", "--losses", "contrastive", "--dataset", "glyphs"]) == 0
+    assert (
+        "calibp10 contrastive (glyphs): the board's record is at this variant's settings"
+        in capsys.readouterr().out
+    )
