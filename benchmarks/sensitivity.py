@@ -168,7 +168,7 @@ EARLIER_MINI = "mini-earlier"
 
 def mini_paths(dataset: str, loss: str) -> list[Path]:
     """The earlier ``mini`` records of ``loss`` on ``dataset`` (one per search seed)."""
-    return sorted((OUT_ROOT / EARLIER_MINI / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
+    return own_paths(EARLIER_MINI, dataset, loss)
 
 
 def run_command(variant: str, loss: str, dataset: str, data_dir: Path, seed: int) -> list[str]:
@@ -274,7 +274,7 @@ def board_paths(variant: str, dataset: str, loss: str) -> list[Path]:
         return []
     seeds = {key_and_seed(p)[1] for p in own_paths(variant, dataset, loss)}
     board = sorted((BOARD_ROOT / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
-    return [p for p in board if key_and_seed(p)[1] not in seeds and key_and_seed(p)[0] in keys]
+    return [p for p in board if (facts := key_and_seed(p))[1] not in seeds and facts[0] in keys]
 
 
 def key_and_seed(path: Path) -> tuple[str, int | None]:
