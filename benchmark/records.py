@@ -899,16 +899,21 @@ def settings_groups(records: Sequence[RunRecord | Mapping[str, Any]]) -> list[li
 def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
     """What makes records replicates of one row (docs/protocols.md §4.5): the loss, its board
     settings (:func:`board_settings`: the resolved configuration in today's layout, without where
-    the data and trunk weights lay, with the weights' checksum) and its own parameters and search
-    ranges (``config.loss``, ``config.space``). The seed is not part of ``config``."""
+    the data and trunk weights lay, with the weights' checksum), its own parameters and search
+    range overrides (``config.loss``, ``config.space``) and the ranges and fixed parameters it
+    searched with (``search.space``, ``search.fixed``: a loss's default ranges are code, so seeds
+    run before and after a range changed differ only there). The seed is not part of ``config``."""
     r = as_record(record)
     config = _resolved_config(r)
+    search = r.document.get("search")
+    searched = search if isinstance(search, Mapping) else {}
     return _digest(
         {
             "loss": r.loss,
             "settings": board_settings(r),
             "params": config.get("loss"),
             "space": config.get("space"),
+            "searched": {"space": searched.get("space"), "fixed": searched.get("fixed")},
         }
     )
 

@@ -18,7 +18,9 @@ partly regenerated board has a ranking of every loss before it gains replicates.
 **Current** means: the committed record ``results/<dataset>/mlrc/records/<loss>.mini.seed<S>.json``
 exists and its board settings equal those a run of this checkout would record (its config
 resolved by the same preflight ``dmlbench run`` uses, with the trunk weights' checksum), compared
-by :func:`benchmark.records.settings_key`. Nothing is timed or trained to decide it.
+by :func:`benchmark.records.settings_key`, and its ``search`` ranges and fixed parameters equal
+those the run would search (:func:`benchmark.protocol.space.search_document`: a loss's default
+ranges are code, which board settings leave out). Nothing is timed or trained to decide it.
 
 ``run`` refuses a checkout with uncommitted changes to tracked source files (the boards come from
 clean clones; ``--allow-dirty`` for trials). What runs write under ``results/`` does not count, so
@@ -51,6 +53,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,6 +66,7 @@ from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
+from benchmark.protocol.space import recorded_search, search_document  # noqa: E402
 from benchmark.records import RunRecord, board_key, load_record, settings_key, settings_of  # noqa: E402
 
 PROTOCOL = "mlrc"
@@ -130,22 +134,37 @@ def request(entry: Entry, data_dirs: dict[str, Path], results: Path) -> RunReque
     )
 
 
-def target_key(entry: Entry, data_dirs: dict[str, Path], results: Path) -> str:
-    """The board-settings key a run of ``entry`` by this checkout would record."""
+@dataclass(frozen=True)
+class Target:
+    """What a run of an entry by this checkout would record, as far as a board tells runs apart."""
+
+    key: str
+    """Its board-settings key (:func:`benchmark.records.board_key`)."""
+    search: dict[str, Any]
+    """Its ``search`` ranges and fixed parameters (``{"space", "fixed"}``): a loss's default ranges
+    are code, not config, so the key cannot tell a record made before a range changed."""
+
+
+def target(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Target:
+    """What a run of ``entry`` by this checkout would record (one preflight, no compute)."""
     config = preflight(request(entry, data_dirs, results))
     model = config.model
     trunk = weights_record(model.trunk, model.pretrained, model.trunk_weights)
-    return settings_key(settings_of(config_to_dict(config), trunk))
+    key = settings_key(settings_of(config_to_dict(config), trunk))
+    return Target(key, search_document(config, entry.loss))
 
 
-def holds(path: Path, key: str) -> bool:
-    """Whether ``path`` is a record made at the board settings ``key``."""
-    return path.exists() and board_key(load_record(path)) == key
+def holds(path: Path, todays: Target) -> bool:
+    """Whether ``path`` is a record made at the board settings and search ranges of ``todays``."""
+    if not path.exists():
+        return False
+    record = load_record(path)
+    return board_key(record) == todays.key and recorded_search(record.document) == todays.search
 
 
 def is_current(entry: Entry, data_dirs: dict[str, Path], results: Path) -> bool:
-    """Whether the board already holds ``entry`` at this checkout's board settings."""
-    return holds(entry.path(results), target_key(entry, data_dirs, results))
+    """Whether the board already holds ``entry`` at this checkout's board settings and ranges."""
+    return holds(entry.path(results), target(entry, data_dirs, results))
 
 
 def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list[str]:
@@ -248,20 +267,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_adopt(args: argparse.Namespace) -> int:
     changed: list[str] = []
     for entry in plan(args.results, args.datasets, args.losses, args.budget):
-        source, target = entry.path(args.source), entry.path(args.results)
+        source, board_file = entry.path(args.source), entry.path(args.results)
         if not source.exists():
             continue
         # One preflight per entry: what the board holds and what the source offers are both
         # compared with it.
-        todays = target_key(entry, args.data_dirs, args.results)
-        if holds(target, todays):
+        todays = target(entry, args.data_dirs, args.results)
+        if holds(board_file, todays):
             continue
         if not holds(source, todays):
-            print(f"not adopted (other board settings than this checkout's): {source}")
+            print(f"not adopted (other board settings or search ranges than this checkout's): {source}")
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        print(f"adopted: {source} -> {target}")
+        board_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, board_file)
+        print(f"adopted: {source} -> {board_file}")
         if entry.dataset not in changed:
             changed.append(entry.dataset)
     if changed:

@@ -82,6 +82,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -89,6 +90,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from heavy_lock import run_heavy  # noqa: E402
 
+from benchmark.protocol.space import searches_as_today  # noqa: E402
 from benchmark.records import RunRecord, board_key, load_record  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
@@ -195,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if record_path(variant, args.dataset, loss, args.seed).exists():
                 print(f"{label}: record exists, skipped", flush=True)
                 continue
-            board = [p for p in board_paths(variant, args.dataset, loss) if key_and_seed(p)[1] == args.seed]
+            board = [p for p in board_paths(variant, args.dataset, loss) if record_facts(p).seed == args.seed]
             if board:
                 print(
                     f"{label}: the board's record is at this variant's settings ({board[0]}), skipped",
@@ -265,30 +267,49 @@ def own_paths(variant: str, dataset: str, loss: str) -> list[Path]:
 def board_paths(variant: str, dataset: str, loss: str) -> list[Path]:
     """The board records of ``loss`` on ``dataset`` made at the board settings of ``variant``'s own
     records on that dataset (of any loss: the settings leave the loss out), for the seeds the
-    variant has no record of. A variant that is today's ``mini`` (``calibp10``) thus takes its
-    references from the regenerated boards instead of rerunning them; other variants match no
-    board record."""
+    variant has no record of, and at what ``run`` would search now: no ``--set loss.X`` or
+    ``space.X`` (``run`` sets none) and today's ranges and fixed parameters for the loss
+    (:func:`benchmark.protocol.space.searches_as_today`; the ranges are code, which the settings
+    leave out). A variant that is today's ``mini`` (``calibp10``) thus takes its references from
+    the regenerated boards instead of rerunning them; other variants match no board record."""
     folder = OUT_ROOT / variant / dataset / "mlrc" / "records"
-    keys = {key_and_seed(p)[0] for p in folder.glob("*.mini.seed*.json")}
+    keys = {record_facts(p).key for p in folder.glob("*.mini.seed*.json")}
     if not keys:
         return []
-    seeds = {key_and_seed(p)[1] for p in own_paths(variant, dataset, loss)}
+    seeds = {record_facts(p).seed for p in own_paths(variant, dataset, loss)}
     board = sorted((BOARD_ROOT / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
-    return [p for p in board if (facts := key_and_seed(p))[1] not in seeds and facts[0] in keys]
+    return [
+        p
+        for p in board
+        if (facts := record_facts(p)).seed not in seeds and facts.key in keys and facts.as_run_would
+    ]
 
 
-def key_and_seed(path: Path) -> tuple[str, int | None]:
-    """The board key and search seed of the record at ``path``."""
+class RecordFacts(NamedTuple):
+    """What :func:`board_paths` asks of a record."""
+
+    key: str
+    """Its board key (:func:`benchmark.records.board_key`)."""
+    seed: int | None
+    """Its search seed."""
+    as_run_would: bool
+    """Whether it has no loss parameter or range overrides and searched today's ranges."""
+
+
+def record_facts(path: Path) -> RecordFacts:
+    """:class:`RecordFacts` of the record at ``path``."""
     stat = path.stat()
-    return _key_and_seed(path, stat.st_mtime_ns, stat.st_size)
+    return _record_facts(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.cache
-def _key_and_seed(path: Path, mtime_ns: int, size: int) -> tuple[str, int | None]:
-    # A table asks for the same records' keys once per loss, mode and note: parse each file once
+def _record_facts(path: Path, mtime_ns: int, size: int) -> RecordFacts:
+    # A table asks for the same records' facts once per loss, mode and note: parse each file once
     # (the file's time stamp and size in the cache key, so a rewritten record is read again).
     record = load_record(path)
-    return board_key(record), record.seed
+    config = record.document.get("config", {})
+    plain = not config.get("loss") and not config.get("space")
+    return RecordFacts(board_key(record), record.seed, plain and searches_as_today(record.document))
 
 
 def variant_paths(variant: str, dataset: str, loss: str) -> list[Path]:

@@ -26,6 +26,7 @@ from record_factory import SCHEMA, run_record, searched, spread
 from benchmark.config import NEUTRAL_DEFAULTS
 from benchmark.data.registry import DATASETS
 from benchmark.errors import DmlbenchError
+from benchmark.protocol.space import searches_as_today
 from benchmark.records import (
     TRUNK_SHA256,
     board_key,
@@ -186,6 +187,23 @@ def test_replicates_always_share_board_settings() -> None:
     tuned = make_record("arcface", 0.5, "3", loss_params={"margin": 0.3})
     assert replicate_key(tuned) != replicate_key(records[0])
     assert board_key(tuned) == board_key(records[0])
+
+
+def test_seeds_searched_over_other_default_ranges_are_not_replicates() -> None:
+    """A loss's default ranges and fixed parameters are code: a seed run after one changed has the
+    same config (and board settings) as those before it, and only its ``search`` block differs."""
+    before = make_record("arcface", 0.61, "1", seed=0)
+    before["search"]["space"] = {"scale": {"low": 0.01, "high": 200.0, "log": True}}
+    before["search"]["fixed"] = {}
+    same = copy.deepcopy(before) | {"seed": 1}
+    assert replicate_key(same) == replicate_key(before)
+    wider = copy.deepcopy(same)
+    wider["search"]["space"]["scale"]["high"] = 300.0
+    refixed = copy.deepcopy(same)
+    refixed["search"]["fixed"] = {"margin": 0.5}
+    for other in (wider, refixed):
+        assert board_key(other) == board_key(before)
+        assert replicate_key(other) != replicate_key(before)
 
 
 def test_settings_groups_put_the_newest_records_group_first() -> None:
@@ -369,9 +387,21 @@ def test_committed_mini_boards_lead_with_this_checkouts_settings(dataset: str, t
         pytest.skip(f"no {dataset} folder here (looked at {looked}): a run's settings cannot be preflighted")
     lb = _committed_board(dataset, "mlrc", tmp_path)
     mini = [s for s in lb.sections if s.budget == "mini"]
-    today = rb.target_key(rb.Entry(dataset, mini[0].chosen[0].loss, 0), data_dirs, RESULTS)
+    today = rb.target(rb.Entry(dataset, mini[0].chosen[0].loss, 0), data_dirs, RESULTS).key
     assert not mini[0].earlier and mini[0].settings_key == today, "the board's mini rows are not today's"
     assert all(s.earlier and s.settings_key != today for s in mini[1:])
+
+
+@pytest.mark.parametrize("dataset", ["glyphs", "omniglot"])
+def test_committed_mini_boards_searched_todays_ranges(dataset: str, tmp_path: Path) -> None:
+    """The records of a board's current ``mini`` section searched the ranges and fixed parameters
+    today's code gives their loss at their config: a default range changed in code (which board
+    settings cannot show) leaves them to be rerun (``benchmarks/regenerate_boards.py status``)."""
+    lb = _committed_board(dataset, "mlrc", tmp_path)
+    current = next(s for s in lb.sections if s.budget == "mini")
+    assert current.records and not current.earlier
+    stale = [f"{r.loss} seed {r.seed}" for r in current.records if not searches_as_today(r.document)]
+    assert not stale, f"searched other ranges than today's code gives: {stale}"
 
 
 def _committed_board(dataset: str, protocol: str, tmp_path: Path) -> Leaderboard:

@@ -15,11 +15,11 @@ from benchmark.config import (
     protocol_names,
     resolve_config,
 )
-from benchmark.errors import ConfigError, UnknownNameError
+from benchmark.errors import ConfigError, DmlbenchError, UnknownNameError
 from benchmark.moved_keys import MOVED_KEYS
 from benchmark.protocol.mlrc_run import MLRCRun
 from benchmark.protocol.registry import resolve_run_config
-from benchmark.protocol.request import RunRequest
+from benchmark.protocol.request import RunRequest, preflight
 
 PAPER = load_protocol_file("mlrc")
 
@@ -133,6 +133,9 @@ def test_search_range_override_keeps_scale() -> None:
 def test_bad_search_range_override(override: dict[str, object], message: str) -> None:
     with pytest.raises(Exception, match=message):
         MLRCRun(RunRequest(loss="ms", overrides=override)).resolve()
+    # The torch-free preflight (``dmlbench run`` before it loads torch) finds it too.
+    with pytest.raises(DmlbenchError, match=message):
+        preflight(RunRequest(loss="ms", overrides=override))
 
 
 @pytest.mark.parametrize("protocol", protocol_names())

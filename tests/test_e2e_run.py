@@ -3,6 +3,7 @@ resume after SIGKILL; determinism across processes."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -133,20 +134,27 @@ def test_regeneration_driver_knows_the_board_settings_a_run_writes(
     entry = rb.Entry("glyphs", "mfcont", 0, "smoke")
     assert rb.is_current(entry, {}, results)
     # Any setting changed since the record was written makes it one to rerun...
-    copy = tmp_path / "results"
-    shutil.copytree(results, copy)
-    rec = load_record(copy)
+    board = tmp_path / "results"
+    shutil.copytree(results, board)
+    rec = load_record(board)
     rec["config"]["train"]["patience"] += 1
-    entry.path(copy).write_text(json.dumps(rec), encoding="utf-8")
-    assert not rb.is_current(entry, {}, copy)
+    entry.path(board).write_text(json.dumps(rec), encoding="utf-8")
+    assert not rb.is_current(entry, {}, board)
     # ...a key added since, at its neutral value, does not (records predating eval.knn lack it).
     rec["config"]["train"]["patience"] -= 1
     del rec["config"]["eval"]
-    entry.path(copy).write_text(json.dumps(rec), encoding="utf-8")
-    assert rb.is_current(entry, {}, copy)
+    entry.path(board).write_text(json.dumps(rec), encoding="utf-8")
+    assert rb.is_current(entry, {}, board)
+    # A default range or fixed parameter of the loss changed since (code, not config) is one to rerun.
+    wider, refixed = copy.deepcopy(rec), copy.deepcopy(rec)
+    wider["search"]["space"]["m_n"]["high"] += 1.0
+    refixed["search"]["fixed"]["m_p"] = 0.5
+    for changed in (wider, refixed):
+        entry.path(board).write_text(json.dumps(changed), encoding="utf-8")
+        assert not rb.is_current(entry, {}, board)
     # A missing record is planned.
-    entry.path(copy).unlink()
-    assert not rb.is_current(entry, {}, copy)
+    entry.path(board).unlink()
+    assert not rb.is_current(entry, {}, board)
 
 
 def test_unknown_loss_exits_2_before_compute(tmp_path: Path, cache_dir: Path) -> None:

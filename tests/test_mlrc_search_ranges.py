@@ -3,7 +3,6 @@ dmlbench shares with MLRC searches the ranges MLRC's published Ax plot files sho
 
 from __future__ import annotations
 
-import types
 from collections.abc import Mapping
 
 import pytest
@@ -11,9 +10,9 @@ import pytest
 from benchmark.config import deviations
 from benchmark.data import DATASETS
 from benchmark.losses import LOSSES, SearchDim, log_if_wide
-from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.registry import resolve_run_config
 from benchmark.protocol.request import RunRequest, dataset_paper_settings, request_layers
+from benchmark.protocol.space import search_space
 
 Ranges = Mapping[str, tuple[float, float, bool]]  # hyperparameter -> (low, high, log)
 
@@ -92,8 +91,7 @@ def _space(dataset: str, loss: str, budget: str) -> tuple[dict[str, SearchDim], 
     runner computes them) and the keys of the run's deviations."""
     req = RunRequest(loss=loss, dataset=dataset, budget=budget, data_dir="/nonexistent")
     config, paper = resolve_run_config(*request_layers(req), dataset_paper_settings)
-    run = types.SimpleNamespace(loss_spec=LOSSES.get(loss), config=config)
-    space, _ = ProtocolRun._search_space(run)  # type: ignore[arg-type]
+    space, _ = search_space(config, loss)
     return space, [d.key for d in deviations(config, paper)]
 
 
@@ -145,8 +143,7 @@ def test_a_user_range_still_wins_and_is_a_deviation() -> None:
         overrides={"space.arcface.scale": [1.0, 50.0]},
     )
     config, paper = resolve_run_config(*request_layers(req), dataset_paper_settings)
-    run = types.SimpleNamespace(loss_spec=LOSSES.get("arcface"), config=config)
-    space, _ = ProtocolRun._search_space(run)  # type: ignore[arg-type]
+    space, _ = search_space(config, "arcface")
     assert (space["scale"].low, space["scale"].high) == (1.0, 50.0)
     assert [d.key for d in deviations(config, paper)] == ["space"]
 
@@ -174,8 +171,7 @@ def test_log_if_wide_takes_only_positive_linear_ranges_of_two_decades_or_more(
 def _space_with(loss: str, overrides: Mapping[str, object]) -> tuple[dict[str, SearchDim], list[str]]:
     req = RunRequest(loss=loss, dataset="glyphs", budget="paper", overrides=dict(overrides))
     config, paper = resolve_run_config(*request_layers(req), dataset_paper_settings)
-    run = types.SimpleNamespace(loss_spec=LOSSES.get(loss), config=config)
-    space, _ = ProtocolRun._search_space(run)  # type: ignore[arg-type]
+    space, _ = search_space(config, loss)
     return space, [d.key for d in deviations(config, paper)]
 
 

@@ -298,12 +298,22 @@ def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
     assert got.var_mean == pytest.approx(by_hand, rel=1e-12) and got.df == 7.0
 
 
-def _copy_record(source: Path, target: Path, patience: int | None = None) -> None:
+def _copy_record(
+    source: Path,
+    target: Path,
+    patience: int | None = None,
+    loss: dict[str, float] | None = None,
+    scale_high: float | None = None,
+) -> None:
     import json
 
     document = json.loads(source.read_text())
     if patience is not None:
         document["config"]["train"]["patience"] = patience
+    if loss is not None:
+        document["config"]["loss"] = loss
+    if scale_high is not None:
+        document["search"]["space"]["scale"]["high"] = scale_high
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(document))
 
@@ -326,13 +336,20 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     _copy_record(own, board / own.name)  # the same seed: the variant's own record wins
     _copy_record(committed / "contrastive.mini.seed0.json", board / "contrastive.mini.seed0.json")
     _copy_record(committed / "triplet.mini.seed0.json", board / "triplet.mini.seed0.json", patience=3)
-    assert sens.key_and_seed(board / "contrastive.mini.seed0.json")[0] == sens.key_and_seed(own)[0]
+    assert sens.record_facts(board / "contrastive.mini.seed0.json").key == sens.record_facts(own).key
 
     assert sens.variant_paths("calibp10", "glyphs", "contrastive") == [board / "contrastive.mini.seed0.json"]
     assert sens.variant_paths("calibp10", "glyphs", "margin") == [
         sens_root / "calibp10" / "glyphs" / "mlrc" / "records" / own.name
     ]
     assert sens.variant_paths("calibp10", "glyphs", "triplet") == []  # other settings (patience 3)
+    # At the variant's board settings but not as its run would search: a loss parameter set by
+    # hand, or ranges other than today's (default ranges are code, which the settings leave out).
+    _copy_record(committed / "ms.mini.seed0.json", board / "ms.mini.seed0.json", loss={"base": 0.5})
+    _copy_record(committed / "arcface.mini.seed0.json", board / "arcface.mini.seed0.json", scale_high=300.0)
+    assert sens.record_facts(board / "arcface.mini.seed0.json").key == sens.record_facts(own).key
+    assert sens.variant_paths("calibp10", "glyphs", "ms") == []
+    assert sens.variant_paths("calibp10", "glyphs", "arcface") == []
     assert sens.variant_paths("calibp10x2", "glyphs", "contrastive") == []  # no records of its own
 
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")

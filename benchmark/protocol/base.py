@@ -34,10 +34,10 @@ from benchmark.data.augment import AugmentSpec
 from benchmark.engine.device import pick_device
 from benchmark.engine.environment import code_identity
 from benchmark.engine.train import StepCallback
-from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.errors import DmlbenchError
 from benchmark.faults import kill_point
 from benchmark.io import differing_keys, read_json, write_json_atomic
-from benchmark.losses import LOSSES, LossSpec, SearchDim, log_if_wide
+from benchmark.losses import LOSSES, LossSpec
 from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
@@ -46,6 +46,7 @@ from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
+from benchmark.protocol.space import search_space
 from benchmark.records import SCHEMA, PluginsDoc, RecordHeader, RunRecordDoc
 from benchmark.search.storage import is_database_url
 
@@ -116,7 +117,7 @@ class ProtocolRun:
             self.progress.message(f"pretrained trunk weights from the {cached.cache} cache: {cached.found}")
         self._validate_names(self.config)
         self.deviations: list[Deviation] = deviations(self.config, self.paper)
-        self.search_space, self.fixed_params = self._search_space()
+        self.search_space, self.fixed_params = search_space(self.config, req.loss)
         self.augment: AugmentSpec | None = AUGMENTS[self.config.data.augment]
         self.device: torch.device = pick_device(req.device)
 
@@ -135,39 +136,6 @@ class ProtocolRun:
         :func:`~benchmark.protocol.request.validate_common`; the protocol's own torch-free checks
         are its declaration's ``check_config``, which :meth:`resolve` makes first."""
         raise NotImplementedError
-
-    def _search_space(self) -> tuple[dict[str, SearchDim], dict[str, float]]:
-        """``(searched dimensions, fixed hyperparameters)`` of the loss under this config."""
-        spec = self.loss_spec
-        unknown = sorted(set(self.config.loss) - set(spec.defaults))
-        if unknown:
-            raise ConfigError(
-                f"Unknown loss.{unknown[0]} for loss {spec.name!r}; its hyperparameters are: "
-                f"{', '.join(spec.defaults)}."
-            )
-        # The paper's values for this dataset (SOP SoftTriple: K = 2, no regulariser) are fixed
-        # like the user's --set loss.X, which still wins (and is a recorded deviation).
-        fixed = {**spec.defaults_for(self.config.data.dataset), **self.config.loss}
-        space = {k: d for k, d in spec.search_space.items() if k not in fixed}
-        for loss_name, ranges in self.config.space.items():
-            other = LOSSES.get(loss_name)  # an unknown loss name in [space.X] is an error too
-            for key, bounds in ranges.items():
-                if key not in other.search_space:
-                    raise ConfigError(
-                        f"space.{loss_name}.{key}: {key!r} is not searched for loss {loss_name!r}; "
-                        f"its search space is {', '.join(other.search_space)}."
-                    )
-                dim = other.search_space[key]
-                if len(bounds) != 2 or not bounds[0] < bounds[1] or (dim.log and bounds[0] <= 0):
-                    raise ConfigError(
-                        f"space.{loss_name}.{key} must be [low, high] with low < high"
-                        f"{' and low > 0 (log scale)' if dim.log else ''}, got {list(bounds)}."
-                    )
-                if loss_name == spec.name and key in space:
-                    space[key] = SearchDim(float(bounds[0]), float(bounds[1]), dim.log)
-        if self.config.search.log_wide_ranges:
-            space = {k: log_if_wide(d) for k, d in space.items()}
-        return space, fixed
 
     # -- steps 2/3: the protocol's --------------------------------------------------------------
     def load_data(self) -> None:

@@ -37,6 +37,7 @@ from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.request import COMMON_POSITIVE, RunRequest, positive_counts, validate_common
 from benchmark.protocol.run_data import cache_dir, fold_data, load_fold_data, load_run_dataset
 from benchmark.protocol.search_stage import SearchStage, shared_reps, study_identity, study_name
+from benchmark.protocol.space import space_document
 from benchmark.records import RunRecordDoc
 from benchmark.search.storage import is_database_url, redact_url
 
@@ -306,9 +307,7 @@ class MLRCRun(ProtocolRun):
             "search": {
                 "sampler": c.search.sampler,
                 "n_trials": c.search.n_trials,
-                "space": {
-                    k: {"low": d.low, "high": d.high, "log": d.log} for k, d in self.search_space.items()
-                },
+                "space": space_document(self.search_space),
                 "fixed": self.fixed_params,
                 "best_trial": self.best.number,
                 "best_value": self.best.value,

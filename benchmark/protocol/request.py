@@ -30,6 +30,7 @@ from benchmark.models.registry import trunk_spec
 from benchmark.models.weights_format import check_weights_format
 from benchmark.option_checks import validate_training_options
 from benchmark.protocol.registry import file_protocol_spec, protocol_spec, resolve_run_config
+from benchmark.protocol.space import search_space
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS
 
 
@@ -255,5 +256,6 @@ def preflight(req: RunRequest) -> RunConfig:
     check_data_dir(config)
     protocol_spec(config.protocol.name).check(config, req)
     check_common(config, positive_counts(config, COMMON_POSITIVE))
+    search_space(config, req.loss)  # loss.X and space.X overrides, as the runner resolves them
     check_weights_contents(config)
     return config
