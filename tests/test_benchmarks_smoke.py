@@ -228,7 +228,9 @@ def test_fold_blocks_prints_each_blocks_alphabets_and_each_folds_levels(cache_di
 
     from benchmark.records import board_key
 
-    out = run_script("fold_blocks.py", ["--data-dir", str(OMNIGLOT), "--exclude", "margin"], cache_dir)
+    args = ["--data-dir", str(OMNIGLOT), "--exclude", "margin", "--alphabets", "--classes", "15"]
+    args += ["--draws", "3"]
+    out = run_script("fold_blocks.py", args, cache_dir)
     blocks = re.findall(r"^\| (test|fold \d validation) \| (\d+) \| (.+) \|$", out, re.M)
     assert [b[0] for b in blocks] == ["test"] + [f"fold {i} validation" for i in range(4)]
     for _, n, alphabets in blocks:
@@ -251,6 +253,15 @@ def test_fold_blocks_prints_each_blocks_alphabets_and_each_folds_levels(cache_di
             f"{100 * min(best):.1f}–{100 * max(best):.1f} |"
         )
         assert row in out.splitlines(), row
+    # Each alphabet of 15 characters or more, once, lowest mean first, its mean inside its span;
+    # every alphabet of a validation block is there (the smallest, Tagalog, has 17 characters).
+    rows = re.findall(r"^\| ([^|]+) \| ([^|]+) \| (\d+\.\d) \| (\d+\.\d)–(\d+\.\d) \|$", out, re.M)
+    assert len(rows) == len({r[0] for r in rows}) >= 8
+    means = [float(r[2]) for r in rows]
+    assert means == sorted(means)
+    assert all(float(lo) <= m <= float(hi) for (_, _, _, lo, hi), m in zip(rows, means, strict=True))
+    in_val = {a for _, _, alphabets in blocks[1:] for a in re.findall(r"(.+?) \(\d+\)(?:, |$)", alphabets)}
+    assert in_val <= {r[0] for r in rows}
 
 
 @pytest.mark.slow
