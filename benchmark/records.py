@@ -905,17 +905,22 @@ def replicate_key(record: RunRecord | Mapping[str, Any]) -> str:
     run before and after a range changed differ only there). The seed is not part of ``config``."""
     r = as_record(record)
     config = _resolved_config(r)
-    search = r.document.get("search")
-    searched = search if isinstance(search, Mapping) else {}
     return _digest(
         {
             "loss": r.loss,
             "settings": board_settings(r),
             "params": config.get("loss"),
             "space": config.get("space"),
-            "searched": {"space": searched.get("space"), "fixed": searched.get("fixed")},
+            "searched": recorded_search(r.document),
         }
     )
+
+
+def recorded_search(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A record document's ``{"space": ..., "fixed": ...}`` (None where the record lacks one)."""
+    search = document.get("search")
+    search = search if isinstance(search, Mapping) else {}
+    return {"space": search.get("space"), "fixed": search.get("fixed")}
 
 
 def replicates_per_loss(records: Sequence[RunRecord | Mapping[str, Any]]) -> dict[str, list[RunRecord]]:

@@ -66,8 +66,15 @@ from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
-from benchmark.protocol.space import recorded_search, search_document  # noqa: E402
-from benchmark.records import RunRecord, board_key, load_record, settings_key, settings_of  # noqa: E402
+from benchmark.protocol.space import search_document  # noqa: E402
+from benchmark.records import (  # noqa: E402
+    RunRecord,
+    board_key,
+    load_record,
+    recorded_search,
+    settings_key,
+    settings_of,
+)
 
 PROTOCOL = "mlrc"
 BUDGET = "mini"

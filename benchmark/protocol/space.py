@@ -16,7 +16,7 @@ from benchmark.config import RunConfig, config_from_mapping
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.losses import LOSSES, SearchDim, log_if_wide
 from benchmark.moved_keys import current_layout
-from benchmark.records import ParamRangeDoc
+from benchmark.records import ParamRangeDoc, recorded_search
 
 
 def search_space(config: RunConfig, loss: str) -> tuple[dict[str, SearchDim], dict[str, float]]:
@@ -65,13 +65,6 @@ def search_document(config: RunConfig, loss: str) -> dict[str, Any]:
     """``{"space": ..., "fixed": ...}`` as a run of ``loss`` at ``config`` records them."""
     space, fixed = search_space(config, loss)
     return {"space": space_document(space), "fixed": fixed}
-
-
-def recorded_search(document: Mapping[str, Any]) -> dict[str, Any]:
-    """A record document's ``{"space": ..., "fixed": ...}`` (None where the record lacks one)."""
-    search = document.get("search")
-    search = search if isinstance(search, Mapping) else {}
-    return {"space": search.get("space"), "fixed": search.get("fixed")}
 
 
 def searches_as_today(document: Mapping[str, Any]) -> bool:
