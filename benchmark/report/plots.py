@@ -3,7 +3,7 @@
 Per budget (numbers of different budgets are not comparable), using the newest record per loss:
 
 - ``metrics-<budget>``: every test metric, mean ± 95% CI per loss, separated and concatenated;
-  the untrained model as a dashed reference line.
+  the untrained model as a dashed reference line (a grey band: its interval over seeds, if any).
 - ``history-<budget>``: optimisation history per loss — objective (mean over folds of the best
   validation MAP@R, ± fold standard error) per trial, best-so-far line, best trial starred, failed
   and pruned trials marked at the bottom.
@@ -122,9 +122,12 @@ def plot_metrics(records: Sequence[RecordLike], metrics: Sequence[str], budget: 
             ax.errorbar(
                 means, y, xerr=np.nan_to_num(hws), fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3
             )
-            untrained = untrained_row.cells[(mode, m)][0]
+            untrained, untrained_hw = untrained_row.cells[(mode, m)]
             if not math.isnan(untrained):
                 ax.axvline(100 * untrained, color="grey", linestyle="--", linewidth=1, label="untrained")
+                if not math.isnan(untrained_hw):  # several seeds: the row's interval over them
+                    lo, hi = 100 * (untrained - untrained_hw), 100 * (untrained + untrained_hw)
+                    ax.axvspan(lo, hi, color="grey", alpha=0.2, linewidth=0)
                 if i == 0 and j == 0:
                     ax.legend(loc="best", fontsize="small")
             ax.set_yticks(y, labels if j == 0 else [""] * n)
@@ -475,7 +478,8 @@ Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
 
 - `metrics-*`: test metrics per leaderboard row (seeds folded, sorted as the table), mean ± 95%
   interval (one-seed rows: over training seeds; multi-seed rows: over search and training seeds),
-  separated and concatenated embeddings; dashed line = untrained model.
+  separated and concatenated embeddings; dashed line = untrained model (grey band: its interval
+  over seeds, where the section has several).
 - `history-*`: search objective (mean over folds of the best validation MAP@R, ± fold standard
   error) per trial, one y scale for every panel; squares = quasi-random start, circles = sampler,
   line = best so far, star = best trial, red x = failed, grey triangle = pruned.

@@ -365,7 +365,7 @@ def join(
     mode, embedding size and metric; the untrained row is joined with published ``untrained``
     rows (MLRC's Pretrained). ``records`` are one budget's; each loss's seeds are folded as in the
     leaderboard."""
-    from benchmark.report.leaderboard import column_estimates
+    from benchmark.report.leaderboard import column_estimates, untrained_records, untrained_row
 
     margins = equivalence_margins(tables)
     wanted = None if metrics is None else set(metrics)
@@ -405,25 +405,23 @@ def join(
                         margins.get(v.metric), se, df,
                     )
                 )  # fmt: skip
-    if latest:  # the untrained row: from the newest record, a single measurement (no interval)
-        newest = max(latest.values(), key=lambda r: r.created)
-        dims = _mode_dims(newest)
+    if latest:  # the untrained row: the leaderboard's (over seeds, with an interval when several)
+        section = [r for rs in replicates.values() for r in rs]
+        dims = _mode_dims(untrained_records(section)[1][0])
         for v in published:
-            untrained = newest.untrained.get(v.mode, {}).get(v.metric)
-            if v.loss == UNTRAINED and dims.get(v.mode) == v.embedding_dim and untrained is not None:
-                out.append(
-                    Match(
-                        UNTRAINED,
-                        "Untrained",
-                        v.mode,
-                        v.embedding_dim,
-                        v.metric,
-                        _scale(v.metric) * float(untrained),
-                        math.nan,
-                        v,
-                        margins.get(v.metric),
-                    )
+            if v.loss != UNTRAINED or dims.get(v.mode) != v.embedding_dim:
+                continue
+            e = untrained_row(section, [(v.mode, v.metric)]).estimates[(v.mode, v.metric)]
+            if math.isnan(e.mean):
+                continue
+            scale = _scale(v.metric)
+            se = scale * math.sqrt(e.var_mean) if not math.isnan(e.var_mean) else math.nan
+            out.append(
+                Match(
+                    UNTRAINED, "Untrained", v.mode, v.embedding_dim, v.metric, scale * e.mean,
+                    scale * e.half_width, v, margins.get(v.metric), se, e.df,
                 )
+            )  # fmt: skip
     return out
 
 
