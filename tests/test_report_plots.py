@@ -208,9 +208,10 @@ def test_importance_skips_and_quantile() -> None:
 
 
 def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
-    """Rendered from the repository's own records (21 losses): the text artists' bounding boxes
-    are pairwise disjoint, and only the Pareto front is labelled."""
+    """Rendered from the repository's own records (21 losses): the labels' text boxes are pairwise
+    disjoint, each has a leader line to its point, and only the Pareto front is labelled."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Annotation, Text
 
     from benchmark.report.leaderboard import load_records
     from benchmark.report.plots import plot_wall_time
@@ -226,7 +227,10 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
         (ax,) = fig.axes
         texts = [t for t in ax.texts if t.get_text()]
         assert texts, "the Pareto front is labelled"
-        boxes = [t.get_window_extent(renderer) for t in texts]
+        # The labels' own text boxes (an annotation's extent would include its leader line).
+        boxes = [Text.get_window_extent(t, renderer) for t in texts]
+        # A label moved off its point keeps a line back to it.
+        assert all(isinstance(t, Annotation) and t.arrow_patch is not None for t in texts)
         for i in range(len(boxes)):
             for j in range(i):
                 assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())

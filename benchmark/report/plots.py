@@ -34,6 +34,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from benchmark.analysis.convergence import stage_fold_stats
@@ -319,7 +320,8 @@ def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> 
     for _ in range(max_rounds):
         canvas.draw()  # type: ignore[no-untyped-call]
         renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
-        boxes = [t.get_window_extent(renderer) for t in texts]
+        # The text's own box: an annotation's would include its leader line.
+        boxes = [Text.get_window_extent(t, renderer) for t in texts]
         moved = False
         for i in range(len(texts)):
             for j in range(i):
@@ -367,6 +369,8 @@ def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log:
                         xytext=(6, -3),
                         ha="left",
                         fontsize="x-small",
+                        # A leader line: separate_labels may move a label off its point.
+                        arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5, "shrinkB": 3},
                     )
                 )
     ax.set_xlim(0, 1.15 * float(xs.max()))
