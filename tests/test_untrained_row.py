@@ -5,7 +5,6 @@ published-value join reading the same row."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,7 +102,7 @@ def test_the_published_join_reads_the_same_row() -> None:
     assert sep.ours_df == pytest.approx(2.0)
 
 
-def test_a_section_without_records_has_no_untrained_row(tmp_path: Path) -> None:
+def test_a_section_without_records_has_no_untrained_row() -> None:
     assert build_rows([], MLRC) == []
     with pytest.raises(ValueError, match="at least one record"):
         untrained_records([])
