@@ -266,3 +266,25 @@ def test_records_of_different_threads_per_fold_cpu_kind_or_cpu_model_are_flagged
     assert b_csv["torch_threads_per_job"] == "1; unrecorded"
     (b_json,) = [r for r in json_data(lb)["budgets"][0]["rows"] if r["loss"] == "b"]
     assert b_json["environment"]["torch_threads_per_job"] == [1, None]
+
+
+def test_replication_compares_seeds_only_within_one_settings_group(tmp_path: Path) -> None:
+    """Seeds run under other board settings are no fresh seeds of the same experiment: each
+    settings group is replicated on its own, and a group with one seed says so."""
+    earlier = _board()
+    for r in earlier:
+        r["config"]["train"] = {"patience": 3}
+    today = [seeded("a", 0.20, 0, "7"), seeded("b", 0.60, 0, "8")]  # the order of a and b flips
+    root = write(tmp_path, [*earlier, *today])
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    today_part, earlier_part = out.split("## `mini (earlier settings ")
+    assert "## `mini`" in today_part and "Nothing to replicate yet" in today_part
+    assert "seeds per loss: a [0, 1], b [0, 1]" in earlier_part
+    # Within the earlier group a stays above b at both seeds; today's seed 0 (b above a) is not
+    # counted as a fresh seed that reverses it.
+    rows = [line for line in earlier_part.splitlines() if line.startswith("| single seed |")]
+    assert rows and all(line.endswith("| 0 |") for line in rows)
