@@ -24,8 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmark.records import RunRecord, board_key, settings_groups
-from benchmark.report.leaderboard import UNTRAINED, build_leaderboard, section_label, select_records
+from benchmark.records import RunRecord
+from benchmark.report.leaderboard import UNTRAINED, build_leaderboard, select_records
 
 COLUMNS = (("separated", "map_at_r"), ("concatenated", "map_at_r"))
 
@@ -173,11 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fresh seed of the same experiment.",
     ]
     replicated = False
-    for i, group in enumerate(settings_groups(records)):
-        label = section_label(args.budget, None if i == 0 else board_key(group[0]))
+    # The leaderboard's own sections (one per board-settings group, labelled as on the board), so
+    # this page groups and names seeds exactly as the board it checks.
+    board = build_leaderboard(args.dataset, args.protocol, {args.budget: records})
+    for section in board.sections:
+        group = list(section.records)
         body = group_lines(group)
         replicated |= body is not None
-        lines += ["", f"## `{label}`", ""]
+        lines += ["", f"## `{section.label}`", ""]
         lines += body if body is not None else [group_summary(group) + " Nothing to replicate yet."]
     if not replicated:
         print(
