@@ -70,7 +70,10 @@ freedom. This assumes a variant's seed-to-seed spread is that of ``mini``; with 
 cannot be checked, and the table says so. The family gap is the mean of the class/proxy losses'
 rows minus the mean of the pair-based rows, its variance summed the same way. Each interval is
 95% and uncorrected: it describes a change, it does not test one (tests over the losses would be
-Holm-corrected over the table's cells).
+Holm-corrected over the table's cells). A cell whose records and reference records were made in
+different environments (CPU kind or model, torch threads per fold: the leaderboard footer's
+``ROW_ENVIRONMENT``) is marked ``§`` with a footnote naming both sides: its change also carries
+what that environment moves, which one seed per side cannot separate from the setting's.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.protocol.space import searches_as_today  # noqa: E402
 from benchmark.records import RunRecord, board_key, load_record  # noqa: E402
+from benchmark.report.leaderboard import ROW_ENVIRONMENT  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
     Estimate,
@@ -327,19 +331,13 @@ def table(
     :data:`TAU_DATASET` ``mini`` rows either way."""
     tau_groups = [load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES]
     tau2, df = pooled_seed_variance(tau_groups)
-    base = {
-        loss: seed_estimate(load_groups(paths, mode), tau2, df)
+    reference = "earlier mini (seeds)" if against is None else f"{against} (seeds)"
+    base_paths = {
+        loss: paths
         for loss in FAMILIES
-        if (paths := mini_paths(dataset, loss))
+        if (paths := mini_paths(dataset, loss) if against is None else variant_paths(against, dataset, loss))
     }
-    reference = "earlier mini (seeds)"
-    if against is not None:
-        reference = f"{against} (seeds)"
-        base = {
-            loss: seed_estimate(load_groups(variant_paths(against, dataset, loss), mode), tau2, df)
-            for loss in FAMILIES
-            if variant_paths(against, dataset, loss)
-        }
+    base = {loss: seed_estimate(load_groups(paths, mode), tau2, df) for loss, paths in base_paths.items()}
     lines = [f"### {label}", ""]
     borrowed = "" if dataset == TAU_DATASET else f", borrowed from the {TAU_DATASET} rows"
     lines.append(
@@ -351,6 +349,8 @@ def table(
     lines += [head, "|" + "---|" * (3 + len(variants))]
     var_est: dict[str, dict[str, Estimate]] = {v: {} for v in variants}
     p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
+    # Cells whose records differ from the reference's in an environment setting, by difference.
+    env_cells: dict[str, dict[str, list[str]]] = {}
     for loss, family in FAMILIES.items():
         if loss not in base:
             lines.append(f"| {loss} | {family} | not run |" + " – |" * len(variants))
@@ -367,10 +367,19 @@ def table(
             p_values[v][loss] = d.p
             lo, hi = d.interval()
             capped = "" if not any(n for n, _ in capped_folds(paths).values()) else " ‡"
-            cells.append(fmt(d.diff, (hi - lo) / 2) + ("" if lo > 0 or hi < 0 else " (0 inside)") + capped)
+            differs = environment_difference(paths, base_paths[loss])
+            if differs:
+                env_cells.setdefault(differs, {}).setdefault(v, []).append(loss)
+            cells.append(
+                fmt(d.diff, (hi - lo) / 2)
+                + ("" if lo > 0 or hi < 0 else " (0 inside)")
+                + capped
+                + (" §" if differs else "")
+            )
         lines.append("| " + " | ".join(cells) + " |")
     # Notes only for the rows shown with a reference: a loss the reference lacks is "not run".
     cap_lines = cap_notes([*variants, *([] if against is None else [against])], dataset, list(base))
+    cap_lines += environment_notes(env_cells, reference.split(" (")[0])
     notes = (
         cap_lines
         if against is None
@@ -389,6 +398,39 @@ def table(
         cells.append(f"{100 * gap(var_est[v]).mean:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
     lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
+
+
+def environment_difference(paths: Sequence[Path], reference_paths: Sequence[Path]) -> str:
+    """The settings of :data:`ROW_ENVIRONMENT` (CPU kind and model, torch threads per fold) in which
+    the records at ``paths`` differ from the reference's, with both sides' values; "" if none."""
+    ours = [load_record(p) for p in paths]
+    theirs = [load_record(p) for p in reference_paths]
+    parts = []
+    for section, key, what in ROW_ENVIRONMENT:
+        values = sorted({r.recorded_text(section, key) for r in ours})
+        ref_values = sorted({r.recorded_text(section, key) for r in theirs})
+        if values != ref_values:
+            parts.append(f"{what}: {', '.join(values)} (the reference's: {', '.join(ref_values)})")
+    return "; ".join(parts)
+
+
+def environment_notes(cells: dict[str, dict[str, list[str]]], reference: str) -> list[str]:
+    """The footnotes of the ``§`` cells, one per difference (:func:`environment_difference`):
+    such a change also carries what the environment moves, which the check cannot separate."""
+    notes = []
+    for differs, by_variant in cells.items():
+        where = "; ".join(
+            f"`{v}` " + ("all losses" if len(losses) == len(FAMILIES) else ", ".join(losses))
+            for v, losses in by_variant.items()
+        )
+        notes += [
+            "",
+            f"§ {where}: these records and the reference's (`{reference}`) differ in {differs}."
+            " Such a change also carries whatever"
+            " the environment moves, which this check cannot separate from the setting's"
+            " (benchmarks/README measures a change of host on identical trials).",
+        ]
+    return notes
 
 
 def capped_folds(paths: Sequence[Path]) -> dict[str, tuple[int, int]]:

@@ -275,6 +275,44 @@ def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
     ), note
 
 
+def test_cells_whose_records_ran_in_another_environment_are_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant record made on another CPU model (or kind, or torch threads per fold) than its
+    reference gets ``§`` and a footnote naming both sides' values; the same environment gets neither."""
+    import json
+
+    sens = _module()
+    source = sens.variant_paths("calibp10", "glyphs", "margin")[0]
+    for name in ("mini-earlier", "calibp10"):
+        (tmp_path / name).symlink_to(sens.OUT_ROOT / name)
+    monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
+    monkeypatch.setattr(sens, "BOARD_ROOT", tmp_path / "no-board")
+    target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
+    target.parent.mkdir(parents=True)
+    document = json.loads(source.read_text())
+    target.write_text(json.dumps(document))
+
+    def margin_row(lines: list[str]) -> str:
+        (row,) = [line for line in lines if line.startswith("| margin |")]
+        return row
+
+    lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
+    assert "§" not in margin_row(lines)
+    assert not [line for line in lines if line.startswith("§")]
+
+    theirs = document["environment"]["cpu_model"]
+    document["environment"]["cpu_model"] = "Some Other CPU"
+    target.write_text(json.dumps(document))
+    lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
+    assert margin_row(lines).endswith(" § |")
+    (note,) = [line for line in lines if line.startswith("§")]
+    assert note.startswith(
+        "§ `calibp10x2` margin: these records and the reference's (`calibp10`) differ in CPU models: "
+        f"Some Other CPU (the reference's: {theirs})."
+    ), note
+
+
 def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
     sens = _module()
     means = {
