@@ -3,6 +3,7 @@ resume after SIGKILL; determinism across processes."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import json
@@ -194,6 +195,44 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # a worker that exited meanwhile
+            os.kill(pid, sig)
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
+
+
+def _stop_mid_trial(proc: subprocess.Popen[bytes], out: Path) -> Path | None:
+    """Freeze the run (SIGSTOP) while 2 trials are done and the next is training with its
+    parameters; the journal is then what it will be at the kill. None if the run ended first.
+
+    The state is read again once the process is stopped: read while it runs, a fast machine can
+    finish that trial and not yet ask the next before a kill lands (CI, stop 64).
+    """
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(out.glob("glyphs/mlrc/*/study.journal"))
+        if found and _trial_states(found[0]) >= (2, True):
+            time.sleep(0.5)  # let the fold workers start training
+            _signal_all([proc.pid, *_children(proc.pid)], signal.SIGSTOP)
+            stop_by = time.monotonic() + 10
+            while not _stopped(proc.pid) and time.monotonic() < stop_by:
+                time.sleep(0.01)
+            complete, training = _trial_states(found[0])
+            if complete < 4 and training:
+                return found[0]
+            _signal_all([proc.pid, *_children(proc.pid)], signal.SIGCONT)
+        time.sleep(0.2)
+    return None
+
+
 def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path, cache_dir: Path) -> None:
     out, results = tmp_path / "runs", tmp_path / "results"
     args = [
@@ -217,21 +256,13 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 300
-    journal = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list(out.glob("glyphs/mlrc/*/study.journal"))
-        # Kill mid-training: 2 trials done and the third already training with its parameters.
-        if found and _trial_states(found[0]) >= (2, True):
-            journal = found[0]
-            time.sleep(0.5)
-            break
-        time.sleep(0.2)
+    journal = _stop_mid_trial(proc, out)
     assert journal is not None, "run finished or timed out before 2 trials were complete"
     children = _children(proc.pid)
     assert children, "expected fold worker processes"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    _signal_all(children, signal.SIGCONT)  # stopped with their parent: let them see it die
     # Workers notice their parent died and exit instead of training on as orphans.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
