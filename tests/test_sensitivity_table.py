@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from types import ModuleType
@@ -109,8 +110,6 @@ def test_the_check_states_holm_adjusted_tests_and_the_repetition_spread() -> Non
 
 
 def test_saturation_surveys_get_their_replayed_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-
     sens = _module()
     monkeypatch.setattr(sens, "SATURATION", tmp_path)
     monkeypatch.setattr(sens, "REPO", tmp_path.parent)
@@ -233,14 +232,12 @@ def test_the_committed_tables_are_what_their_generating_command_writes(doc: str,
     assert out.read_text() == committed, f"docs/{doc} is stale: rewrite it with `{' '.join(argv)}`"
 
 
-def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
+def _glyphs_margin_calibp10x2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A variant record whose fold trainings stopped at ``train.max_epochs`` (the cap, not the
-    patience) gets ``‡`` on its cells and a footnote counting those folds per stage; the same
-    record with every fold stopped by patience gets neither."""
-    import json
-
+) -> tuple[ModuleType, Path, dict[str, Any]]:
+    """The sensitivity module reading ``tmp_path``: the committed variants, and as the only
+    ``calibp10x2`` record a copy of glyphs margin's ``calibp10`` one (its path and document,
+    to rewrite)."""
     sens = _module()
     source = sens.variant_paths("calibp10", "glyphs", "margin")[0]
     for name in ("mini-earlier", "calibp10"):
@@ -249,15 +246,26 @@ def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
     monkeypatch.setattr(sens, "BOARD_ROOT", tmp_path / "no-board")  # only the variant's own records
     target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
     target.parent.mkdir(parents=True)
-    document = json.loads(source.read_text())
+    document: dict[str, Any] = json.loads(source.read_text())
     target.write_text(json.dumps(document))
+    return sens, target, document
 
-    def margin_row(lines: list[str]) -> str:
-        (row,) = [line for line in lines if line.startswith("| margin |")]
-        return row
+
+def _margin_row(lines: list[str]) -> str:
+    (row,) = [line for line in lines if line.startswith("| margin |")]
+    return row
+
+
+def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant record whose fold trainings stopped at ``train.max_epochs`` (the cap, not the
+    patience) gets ``‡`` on its cells and a footnote counting those folds per stage; the same
+    record with every fold stopped by patience gets neither."""
+    sens, target, document = _glyphs_margin_calibp10x2(tmp_path, monkeypatch)
 
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
-    assert "‡" not in margin_row(lines)
+    assert "‡" not in _margin_row(lines)
     assert not [line for line in lines if line.startswith("‡")]
 
     search_folds = [f for trial in document["search"]["trials"] for f in trial.get("folds") or []]
@@ -266,7 +274,7 @@ def test_cells_whose_folds_hit_max_epochs_are_marked_and_counted(
         fold["stopped_by"] = "max_epochs"
     target.write_text(json.dumps(document))
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
-    assert margin_row(lines).endswith(" ‡ |")
+    assert _margin_row(lines).endswith(" ‡ |")
     (note,) = [line for line in lines if line.startswith("‡")]
     cap = document["config"]["train"]["max_epochs"]
     assert note.startswith(
@@ -280,32 +288,17 @@ def test_cells_whose_records_ran_in_another_environment_are_marked(
 ) -> None:
     """A variant record made on another CPU model (or kind, or torch threads per fold) than its
     reference gets ``§`` and a footnote naming both sides' values; the same environment gets neither."""
-    import json
-
-    sens = _module()
-    source = sens.variant_paths("calibp10", "glyphs", "margin")[0]
-    for name in ("mini-earlier", "calibp10"):
-        (tmp_path / name).symlink_to(sens.OUT_ROOT / name)
-    monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
-    monkeypatch.setattr(sens, "BOARD_ROOT", tmp_path / "no-board")
-    target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
-    target.parent.mkdir(parents=True)
-    document = json.loads(source.read_text())
-    target.write_text(json.dumps(document))
-
-    def margin_row(lines: list[str]) -> str:
-        (row,) = [line for line in lines if line.startswith("| margin |")]
-        return row
+    sens, target, document = _glyphs_margin_calibp10x2(tmp_path, monkeypatch)
 
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
-    assert "§" not in margin_row(lines)
+    assert "§" not in _margin_row(lines)
     assert not [line for line in lines if line.startswith("§")]
 
     theirs = document["environment"]["cpu_model"]
     document["environment"]["cpu_model"] = "Some Other CPU"
     target.write_text(json.dumps(document))
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
-    assert margin_row(lines).endswith(" § |")
+    assert _margin_row(lines).endswith(" § |")
     (note,) = [line for line in lines if line.startswith("§")]
     assert note.startswith(
         "§ `calibp10x2` margin: these records and the reference's (`calibp10`) differ in CPU models: "
@@ -343,8 +336,6 @@ def _copy_record(
     loss: dict[str, float] | None = None,
     scale_high: float | None = None,
 ) -> None:
-    import json
-
     document = json.loads(source.read_text())
     if patience is not None:
         document["config"]["train"]["patience"] = patience
