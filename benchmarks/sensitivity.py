@@ -542,7 +542,9 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
                 else f"−{cut.drop_points:.2f} ± {cut.drop_half_width:.2f} | {cut.changed_share:.0%} "
                 f"| {cut.epoch_fraction:.2f}"
             )
-            rows.append(f"| {loss} | {longer} → {shorter} | {usable} of {len(folds)} | {cell} |")
+            # A loss with several records (search seeds) gets a row per seed, named.
+            name = loss if len(paths) == 1 else f"{loss} (search seed {record_facts(path).seed})"
+            rows.append(f"| {name} | {longer} → {shorter} | {usable} of {len(folds)} | {cell} |")
     if not rows:
         return []
     return [

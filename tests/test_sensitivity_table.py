@@ -306,6 +306,19 @@ def test_cells_whose_records_ran_in_another_environment_are_marked(
     ), note
 
 
+def test_a_loss_with_several_records_gets_a_replay_row_per_search_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each record of a loss is replayed on its own; with several, each row names its search seed."""
+    sens, target, document = _glyphs_margin_calibp10x2(tmp_path, monkeypatch)
+    (alone,) = [line for line in sens.stopping_half("calibp10x2", "calibp10", "glyphs") if "→" in line]
+    assert alone.startswith("| margin | ")
+    target.with_name(target.name.replace("seed0", "seed1")).write_text(json.dumps({**document, "seed": 1}))
+    rows = [line for line in sens.stopping_half("calibp10x2", "calibp10", "glyphs") if "→" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| margin (search seed 0)", "| margin (search seed 1)"]
+    assert {row.split(" | ", 1)[1] for row in rows} == {alone.split(" | ", 1)[1]}  # the same folds
+
+
 def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
     sens = _module()
     means = {
