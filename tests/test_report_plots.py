@@ -12,7 +12,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from record_factory import MLRC, run_record, spread
@@ -153,7 +155,7 @@ def test_too_few_trials_noted(plotted: tuple[Path, str]) -> None:
     )
     assert note in messages
     readme = (root / "glyphs" / "mlrc" / "plots" / "README.md").read_text()
-    assert note in readme and "fold epochs (search + test stages)" in readme
+    assert note in readme and "fold epochs per seed (search + test stages)" in readme
 
 
 def test_figures_no_longer_drawn_are_removed(plotted: tuple[Path, str], tmp_path: Path) -> None:
@@ -235,6 +237,67 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
             for j in range(i):
                 assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
         assert "fold epochs" in ax.get_xlabel()
+
+
+def test_a_row_of_several_seeds_is_one_cost_point_and_one_seeds_panels_say_which(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wall_time draws the leaderboard row (seeds folded: its mean and interval) at the mean fold
+    epochs per seed, labelled with its seed count; the one-search panels name the seed they show."""
+    from benchmark.records import as_record
+    from benchmark.report.leaderboard import build_rows
+    from benchmark.report.plots import fold_epochs, plot_history, plot_wall_time
+
+    def trials(epochs: int) -> list[dict[str, Any]]:
+        out = [trial(i, 0.1 * i, 1e-3, 0.1 * (i + 1)) for i in range(3)]
+        for t in out:
+            for fold in t["folds"]:
+                fold["epochs"] = epochs
+        return out
+
+    seed0 = make_record("mfcont", trials(30), 0.30, "1")
+    seed1 = {**make_record("mfcont", trials(50), 0.40, "2"), "seed": 1}
+    other = make_record("arcface", trials(3), 0.20, "3")
+    records = [seed0, seed1, other]
+    fig = plot_wall_time(records, "map_at_r", "mini", lambda _: None)
+    assert fig is not None
+    (ax,) = fig.axes
+    separated = ax.containers[0]
+    assert isinstance(separated, ErrorbarContainer) and separated.lines[0] is not None
+    points = np.asarray(separated.lines[0].get_xydata(), dtype=float)
+    assert len(points) == 2  # one per row, not per record
+    rows = {r.loss: r for r in build_rows(records, ["map_at_r"])}
+    cost = (fold_epochs(as_record(seed0)) or 0) + (fold_epochs(as_record(seed1)) or 0)
+    assert cost > 0
+    folded = rows["mfcont"].cells[("separated", "map_at_r")][0]
+    assert folded == pytest.approx(0.35)  # the mean of the two seeds' means
+    by_cost = {round(float(x), 6): float(y) for x, y in points.tolist()}
+    assert by_cost[round(cost / 2, 6)] == pytest.approx(100 * folded)
+    assert sorted(t.get_text() for t in ax.texts) == ["Arcface", "Mfcont (2 seeds)"]
+
+    titles = [a.get_title() for a in plot_history(records, "mini").axes if a.get_title()]
+    assert titles == ["Arcface: 3/3 complete", "Mfcont (search seed 1 of 0, 1):\n3/3 complete"]
+
+    # write_plots hands these plots every record of the board section, not one per loss.
+    from benchmark.report import plots
+
+    given: list[int] = []
+
+    def spy(real: Any) -> Any:
+        def plot(recs: list[Any], *args: Any) -> Any:
+            given.append(len(recs))
+            return real(recs, *args)
+
+        return plot
+
+    for name in ("plot_history", "plot_val_curves", "plot_wall_time", "plot_importance"):
+        monkeypatch.setattr(plots, name, spy(getattr(plots, name)))
+    folder = tmp_path / "glyphs" / "mlrc" / "records"
+    folder.mkdir(parents=True)
+    for i, r in enumerate(records):
+        (folder / f"{i}.json").write_text(json.dumps(r))
+    plots.write_plots(tmp_path, "glyphs", "mlrc", log=lambda _: None)
+    assert given == [3, 3, 3, 3]
 
 
 def test_pareto_front_by_hand() -> None:

@@ -1,6 +1,8 @@
 """Plots derived from run records (§6), written as PNG and PDF to ``<dataset>/<protocol>/plots/``.
 
-Per budget (numbers of different budgets are not comparable), using the newest record per loss:
+Per budget (numbers of different budgets are not comparable). ``metrics`` and ``wall_time`` show
+the leaderboard rows (a loss's search seeds folded); the others show one search per loss, its
+newest record's, named by seed where the row folds several:
 
 - ``metrics-<budget>``: every test metric, mean ± 95% CI per loss, separated and concatenated;
   the untrained model as a dashed reference line (a grey band: its interval over seeds, if any).
@@ -8,8 +10,8 @@ Per budget (numbers of different budgets are not comparable), using the newest r
   validation MAP@R, ± fold standard error) per trial, best-so-far line, best trial starred, failed
   and pruned trials marked at the bottom.
 - ``val_curves-<budget>``: validation MAP@R per epoch for each fold of the best trial.
-- ``wall_time-<budget>``: test MAP@R (± CI) against training cost in fold epochs (search + test
-  stages), a unit that depends on neither the host nor its load, unlike the record's
+- ``wall_time-<budget>``: test MAP@R (± CI) against training cost in fold epochs per seed (search
+  + test stages), a unit that depends on neither the host nor its load, unlike the record's
   ``timings_s`` (which also miss the time of an invocation that ended without saving them; the
   file keeps its name).
 - ``importance-<budget>``: hyperparameter importance per loss by Optuna's PED-ANOVA
@@ -41,7 +43,15 @@ from benchmark.analysis.convergence import stage_fold_stats
 from benchmark.errors import DmlbenchError
 from benchmark.io import write_text_atomic
 from benchmark.metrics import METRICS
-from benchmark.records import RunRecord, SearchDoc, TrialDoc, as_record, latest_per_loss, nan_if_none
+from benchmark.records import (
+    RunRecord,
+    SearchDoc,
+    TrialDoc,
+    as_record,
+    latest_per_loss,
+    nan_if_none,
+    replicates_per_loss,
+)
 from benchmark.report.figure_files import FORMATS, save_figures
 from benchmark.report.leaderboard import (
     MODES,
@@ -89,6 +99,16 @@ def _grid(
 
 def _name(record: RunRecord) -> str:
     return record.loss_display_name
+
+
+def _panel_title(record: RunRecord, records: Sequence[RecordLike], text: str) -> str:
+    """``"<loss>: <text>"`` for a panel that shows one record (its search, its curves); where the
+    loss's row folds several search seeds, which the panel does not, the name gives the record's
+    seed and ``text`` goes on a second line (one line would be clipped at the panel's width)."""
+    seeds = [r.seed for r in replicates_per_loss(records).get(record.loss, [])]
+    if len(seeds) < 2:
+        return f"{_name(record)}: {text}"
+    return f"{_name(record)} (search seed {record.seed} of {', '.join(map(str, seeds))}):\n{text}"
 
 
 def _searched(record: RunRecord) -> SearchDoc:
@@ -203,7 +223,8 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
                     markersize=8,
                     label=state.lower(),
                 )
-        ax.set_title(f"{_name(r)}: {len(done)}/{search['n_trials']} complete", fontsize="medium")
+        title = _panel_title(r, records, f"{len(done)}/{search['n_trials']} complete")
+        ax.set_title(title, fontsize="medium")
         ax.set_xlabel("trial (1-based, as the progress display counts)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
@@ -262,10 +283,8 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
                     markerfacecolor="none",
                     color=line.get_color(),
                 )
-        ax.set_title(
-            f"{_name(r)}: trial #{_number(best) + 1} (objective {100 * _value(best):.2f}%)",
-            fontsize="medium",
-        )
+        text = f"trial #{_number(best) + 1} (objective {100 * _value(best):.2f}%)"
+        ax.set_title(_panel_title(r, records, text), fontsize="medium")
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation MAP@R (%)")
@@ -337,33 +356,38 @@ def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> 
 
 
 def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log: Log) -> Figure | None:
-    """Test ``metric`` (mean ± CI, both modes) against the fold epochs each loss trained (search +
-    test stages): a cost that does not depend on the host or its load, unlike wall time. Only
-    the losses on the separated mode's Pareto front are labelled, and labels never overlap."""
+    """Test ``metric`` per leaderboard row (seeds folded: mean ± the row's interval, both modes)
+    against the fold epochs the row's records trained per seed (search + test stages, mean over
+    its seeds): a cost that does not depend on the host or its load, unlike wall time. Only the
+    rows on the separated mode's Pareto front are labelled, and labels never overlap."""
+    typed = [as_record(r) for r in records]
+    replicates = replicates_per_loss(typed)
+    rows = {r.loss: r for r in build_rows(typed, [metric], record_modes(typed)) if r.loss != UNTRAINED}
     chosen = []
-    for r in latest_per_loss(records):
-        epochs = fold_epochs(r)
-        if epochs is None:
-            log(f"wall_time-{budget}: {r.loss} has no fold results; skipped.")
+    for loss, reps in replicates.items():
+        epochs = [e for r in reps if (e := fold_epochs(r)) is not None]
+        if len(epochs) < len(reps):
+            log(f"wall_time-{budget}: {loss} has no fold results; skipped.")
             continue
-        chosen.append((r, epochs))
+        chosen.append((rows[loss], float(np.mean(epochs))))
     if not chosen:
         return None
-    xs = np.array([float(e) for _, e in chosen])
+    xs = np.array([e for _, e in chosen])
     spec = METRICS.get(metric)
-    titles = mode_titles([r for r, _ in chosen])
+    titles = mode_titles(typed)
     fig = Figure(figsize=(7, 5), layout="constrained")
     ax = fig.add_subplot()
     texts = []
     for k, ((mode, _), marker) in enumerate(zip(MODES, ("o", "s"), strict=True)):
-        means = [100 * nan_if_none(r.test["summary"][mode][metric]["mean"]) for r, _ in chosen]
-        hws = [100 * nan_if_none(r.test["summary"][mode][metric]["half_width"]) for r, _ in chosen]
+        means = [100 * row.cells[(mode, metric)][0] for row, _ in chosen]
+        hws = [100 * row.cells[(mode, metric)][1] for row, _ in chosen]
         ax.errorbar(xs, means, yerr=np.nan_to_num(hws), fmt=marker, capsize=3, label=titles[mode])
         if k == 0:
             for i in pareto_front(list(zip(xs.tolist(), means, strict=True))):
+                row = chosen[i][0]
                 texts.append(
                     ax.annotate(
-                        _name(chosen[i][0]),
+                        row.name + (f" ({len(row.seeds)} seeds)" if len(row.seeds) > 1 else ""),
                         (xs[i], means[i]),
                         textcoords="offset points",
                         xytext=(6, -3),
@@ -374,11 +398,12 @@ def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log:
                     )
                 )
     ax.set_xlim(0, 1.15 * float(xs.max()))
-    ax.set_xlabel("cost: fold epochs trained (search + test stages; independent of the host)")
+    ax.set_xlabel("cost: fold epochs trained per seed (search + test stages; independent of the host)")
     ax.set_ylabel(f"test {spec.display_name} (%)")
     ax.set_title(
-        f"Test {spec.display_name} vs training cost (budget {budget})\nlabelled: the separated "
-        "mode's Pareto front",
+        f"Test {spec.display_name} vs training cost (budget {budget}), mean ± 95% interval\none-seed "
+        "rows: over training seeds; rows with k seeds: over search and training seeds\nlabelled: "
+        "the separated mode's Pareto front",
         fontsize="small",
     )
     ax.grid(alpha=0.3)
@@ -466,7 +491,7 @@ def plot_importance(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
         ax.barh(names, [imp[k] for k in names], color="tab:green")
         ax.set_xlim(0, 1)
         ax.set_xlabel("importance (normalised)")
-        ax.set_title(f"{_name(r)}: {n} trials, top {q:.0%}", fontsize="medium")
+        ax.set_title(_panel_title(r, records, f"{n} trials, top {q:.0%}"), fontsize="medium")
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"Hyperparameter importance, PED-ANOVA (budget {budget})", fontsize="medium")
     return fig
@@ -477,7 +502,8 @@ def plot_importance(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
 
 _README = """# Plots of `{dataset}`, protocol `{protocol}`
 
-Generated by `dmlbench` from the run records (newest record per loss and budget); do not edit.
+Generated by `dmlbench` from the run records (per budget and board section: the leaderboard's
+rows, or the newest record per loss where a plot shows one search); do not edit.
 Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
 
 - `metrics-*`: test metrics per leaderboard row (seeds folded, sorted as the table), mean ± 95%
@@ -488,9 +514,11 @@ Each plot exists as PNG and PDF, one set per budget (`<kind>-<budget>`).
   error) per trial, one y scale for every panel; squares = quasi-random start, circles = sampler,
   line = best so far, star = best trial, red x = failed, grey triangle = pruned.
 - `val_curves-*`: validation MAP@R per epoch for each fold of the best trial.
-- `wall_time-*`: test MAP@R against training cost in fold epochs (search + test stages), a unit
-  that does not depend on the host or its load; the losses on the separated mode's Pareto front
-  are labelled.
+- `wall_time-*`: test MAP@R per leaderboard row (seeds folded, intervals as in `metrics-*`)
+  against training cost in fold epochs per seed (search + test stages), a unit that does not
+  depend on the host or its load; the rows on the separated mode's Pareto front are labelled.
+- `history-*`, `val_curves-*`, `importance-*` show one search per loss, its newest record's; where
+  the row folds several search seeds, the panel names the seed it shows.
 - `importance-*`: Optuna PED-ANOVA hyperparameter importance from the complete search trials
   (top quantile 10%); drawn only for losses with at least {min_trials} complete trials (below
   that the top 10% is fewer than 2 trials).
@@ -567,12 +595,15 @@ def write_plots(
             # traditional/cbir records: no search trials, folds or search timings to plot.
             note(f"history/val_curves/wall_time/importance-{slug}: protocol without a search; skipped.")
         else:
-            figures.append(("history", plot_history(chosen, budget)))
-            figures.append(("val_curves", plot_val_curves(chosen, budget, note)))
+            # Every record of the section: these plots show the newest per loss (or the rows,
+            # wall_time), and name its seed where the loss's row folds several.
+            everything = list(section.records)
+            figures.append(("history", plot_history(everything, budget)))
+            figures.append(("val_curves", plot_val_curves(everything, budget, note)))
             wall_metric = "map_at_r" if "map_at_r" in metrics else (metrics[0] if metrics else None)
             if wall_metric is not None:
-                figures.append(("wall_time", plot_wall_time(chosen, wall_metric, budget, note)))
-            figures.append(("importance", plot_importance(chosen, budget, note)))
+                figures.append(("wall_time", plot_wall_time(everything, wall_metric, budget, note)))
+            figures.append(("importance", plot_importance(everything, budget, note)))
         for kind, fig in figures:
             if fig is None:
                 note(f"{kind}-{slug}: nothing to plot.")
