@@ -290,6 +290,31 @@ def test_leaderboard_shows_shares_and_the_not_converged_mark(tmp_path: Path) -> 
     assert "fewer than 90%" in data["convergence_rule"]
 
 
+def test_a_row_of_several_seeds_shows_its_least_converged_seed_and_says_so(tmp_path: Path) -> None:
+    """The Markdown row shows the seed with the lowest test share (and its mark) with a footer line
+    saying so; the LaTeX comment lists every seed's stops, named by seed."""
+    seed0 = {**mlrc_record("ms", "MS", 16), "seed": 0, "created": "a"}
+    seed1 = {**mlrc_record("ms", "MS", 13), "seed": 1, "created": "b"}
+    one = mlrc_record("arcface", "ArcFace", 16)
+    folder = tmp_path / "glyphs" / "mlrc" / "records"
+    folder.mkdir(parents=True)
+    for name, r in (("ms.mini.seed0", seed0), ("ms.mini.seed1", seed1), ("arcface.mini.seed0", one)):
+        (folder / f"{name}.json").write_text(json.dumps(r))
+    md_path, _ = write_leaderboard(tmp_path, "glyphs", "mlrc")
+    md = md_path.read_text()
+    (row,) = [line for line in md.splitlines() if line.startswith("| MS")]
+    assert row.startswith("| MS (not converged) |") and " | 13/16 (81%); " in row
+    assert "shows the stops of its least converged seed" in md
+    tex = render_latex("glyphs", "mlrc", select_records(tmp_path, "glyphs", "mlrc"), METRICS)
+    (line,) = [x for x in tex.splitlines() if "Fold trainings stopped by patience" in x]
+    assert "arcface test 16/16 (100%)" in line
+    assert "ms/seed0 test 16/16 (100%)" in line and "ms/seed1 test 13/16 (81%)" in line
+
+    single = tmp_path / "single"
+    _write(single, [one])
+    assert "least converged seed" not in write_leaderboard(single, "glyphs", "mlrc")[0].read_text()
+
+
 def test_committed_older_records_still_render() -> None:
     # The repository's own records predate stopped_by: they load and get derived shares.
     results = Path(__file__).resolve().parent.parent / "results"

@@ -41,6 +41,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -753,11 +754,16 @@ def format_share(stage: Mapping[str, Any]) -> str:
 
 
 def convergence_footer(budget: str, records: Sequence[RecordLike]) -> list[str]:
-    """Footer lines: per loss, fold trainings stopped by patience (test; search) and the verdict,
-    then the rule (and what ``*`` means where a record needed its stops derived)."""
+    """Footer lines: per record (``loss``, or ``loss/seedS`` where a loss has several), fold
+    trainings stopped by patience (test; search) and the verdict, then the rule (and what ``*``
+    means where a record needed its stops derived)."""
     if not records:
         return []
-    summaries = [(r.loss, r.convergence) for r in map(as_record, records)]
+    typed = [as_record(r) for r in records]
+    per_loss = Counter(r.loss for r in typed)
+    summaries = [
+        (r.loss if per_loss[r.loss] == 1 else f"{r.loss}/seed{r.seed}", r.convergence) for r in typed
+    ]
     parts = [
         f"{loss} test {format_share(c['test'])}, search {format_share(c['search'])}: {c['verdict']}"
         for loss, c in summaries
@@ -992,6 +998,11 @@ def _markdown_footer(s: Section) -> list[str]:
     out += footer_notes(s.chosen)
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]
+    if any(len(r.seeds) > 1 for r in s.rows):
+        out.append(
+            "A row of several search seeds shows the stops of its least converged seed (the lowest "
+            "test share) and is 'not converged' when that seed is."
+        )
     out += code_footer(s.chosen)
     seeds = s.seed_records()
     out += bound_footer(seeds)

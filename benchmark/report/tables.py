@@ -166,7 +166,9 @@ def latex_text(lb: Leaderboard) -> str:
         )
         lines += [_comment(line) for line in tier_footer(s)]
         lines += [_comment(note) for note in footer_notes(s.chosen)]
-        lines += [_comment(line) for line in convergence_footer(s.budget, s.chosen)]
+        # Every seed's stops: the LaTeX table has no column of them.
+        by_loss = sorted(s.seed_records(), key=lambda r: (r.loss, r.seed is None, r.seed or 0))
+        lines += [_comment(line) for line in convergence_footer(s.budget, by_loss)]
         lines += [_comment(line) for line in code_footer(s.chosen)]
         # The same warnings as the Markdown footer: a LaTeX table copied into a paper must not lose
         # the best settings at a range bound or the mixed threads / CPU kinds behind its rows.
