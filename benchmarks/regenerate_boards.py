@@ -7,7 +7,7 @@ tens of CPU-hours, so it spans many sessions. This script says which records are
 earlier settings and reruns them one at a time:
 
     python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]   # with a time estimate
-    python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N]
+    python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N] [--until 01:40]
     python benchmarks/regenerate_boards.py adopt --from results/sensitivity/calibp10 [--datasets ...]
 
 **The plan** of a dataset is every built-in loss (the loss registry, no plugin) at search seed 0,
@@ -34,6 +34,15 @@ look at the plots, refresh the README excerpt (``python -m benchmark.report.read
 calibration pages when the loss is one of the calibration check's six (``benchmarks/sensitivity.py``
 reads its ``calibp10`` references from the boards) and commit.
 
+``run --until TIME`` (UTC, ``HH:MM`` or ISO 8601) starts a record only if it is expected to land
+by then: the median training time (search + test) of the same loss's current records on that
+dataset, else of all the dataset's current records, must fit in the time left; a record that
+does not fit is named with its estimate and skipped, and a later, shorter one may still start.
+A record with nothing to estimate from is not started. Why: a run's unfinished state lives in the
+clone's ``runs/``, which does not survive a change of machine, so a run started too late for the
+session that started it is often lost whole (benchmarks/README.md counts four such losses). The
+estimate is only that; stop a run that overruns with Ctrl-C (it resumes on the same machine).
+
 ``adopt --from DIR`` takes records another script already made at today's settings instead of
 rerunning them: each planned record that the board lacks or holds at earlier settings is copied
 from ``DIR/<dataset>/mlrc/records/`` (the same file name) when that record's board settings equal
@@ -47,6 +56,7 @@ README excerpt, look at the plots and commit.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import shutil
 import statistics
 import sys
@@ -226,6 +236,64 @@ def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
     )
 
 
+def now() -> dt.datetime:
+    """The current time, UTC (a function so tests can set the clock)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def parse_until(value: str, at: dt.datetime) -> dt.datetime:
+    """``--until``: ``HH:MM`` is that UTC time next after ``at``; otherwise an ISO 8601 time, UTC
+    unless it names its offset."""
+    try:
+        clock = dt.time.fromisoformat(value)
+    except ValueError:
+        clock = None
+    if clock is not None and len(value) <= 8:
+        when = dt.datetime.combine(at.date(), clock.replace(tzinfo=dt.timezone.utc))
+        return when if when > at else when + dt.timedelta(days=1)
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise SystemExit(f"--until takes HH:MM (UTC) or an ISO 8601 time, got {value!r}.") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
+
+
+def estimate_s(entry: Entry, current: dict[Entry, RunRecord]) -> tuple[float, str] | None:
+    """How long ``entry``'s run is expected to take, in seconds, and from what: the median training
+    time of the same loss's current records on its dataset, else of all the dataset's current
+    records; None with neither."""
+    timed = {
+        e: t
+        for e, r in current.items()
+        if e.dataset == entry.dataset and (t := r.training_wall_s()) is not None
+    }
+    same = [t for e, t in timed.items() if e.loss == entry.loss]
+    if same:
+        return statistics.median(same), f"median of {entry.loss}'s {len(same)} current record(s)"
+    if timed:
+        return statistics.median(timed.values()), f"median of {len(timed)} current {entry.dataset} record(s)"
+    return None
+
+
+def current_records(
+    entries: Sequence[Entry], data_dirs: dict[str, Path], results: Path
+) -> dict[Entry, RunRecord]:
+    """The planned records the board already holds at this checkout's settings."""
+    return {e: load_record(e.path(results)) for e in entries if is_current(e, data_dirs, results)}
+
+
+def fits(entry: Entry, current: dict[Entry, RunRecord], until: dt.datetime) -> str | None:
+    """Why ``entry`` should not start before ``until`` (None: it is expected to land in time)."""
+    left = (until - now()).total_seconds()
+    estimate = estimate_s(entry, current)
+    if estimate is None:
+        return "no current record to estimate its time from (run it without --until)"
+    seconds, basis = estimate
+    if seconds > left:
+        return f"expected {seconds / 60:.0f} min ({basis}), {max(left, 0) / 60:.0f} min left before --until"
+    return None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     entries = plan(args.results, args.datasets, args.losses, args.budget)
     stale = [e for e in entries if not is_current(e, args.data_dirs, args.results)]
@@ -257,16 +325,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 2
     done = 0
-    for entry in plan(args.results, args.datasets, args.losses, args.budget):
+    entries = plan(args.results, args.datasets, args.losses, args.budget)
+    current = current_records(entries, args.data_dirs, args.results)
+    for entry in entries:
         if args.limit is not None and done >= args.limit:
             break
-        if is_current(entry, args.data_dirs, args.results):
+        if entry in current:
             continue
         label = f"{entry.dataset} {entry.loss} seed {entry.seed}"
+        if args.until is not None and (why := fits(entry, current, args.until)) is not None:
+            print(f"not started: {label}: {why}", flush=True)
+            continue
         code = run_heavy(label, run_command(entry, args.data_dirs, args.results), REPO)
         if code != 0:
             return code
         print(f"landed: {entry.path(args.results)} (commit it)", flush=True)
+        if entry.path(args.results).exists():
+            current[entry] = load_record(entry.path(args.results))
         done += 1
     return 0
 
@@ -314,6 +389,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if name == "run":
             p.add_argument("--limit", type=int, default=None, help="stop after this many runs")
             p.add_argument("--allow-dirty", action="store_true")
+            p.add_argument(
+                "--until",
+                default=None,
+                metavar="TIME",
+                help="start only records expected to land by this UTC time (HH:MM or ISO 8601)",
+            )
         if name == "adopt":
             p.add_argument(
                 "--from", dest="source", type=Path, required=True, help="a results folder of the same layout"
@@ -326,6 +407,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--losses: {', '.join(unknown)} are not built-in losses; valid: {', '.join(valid)}")
     args.data_dirs = parse_data_dirs(args.data_dir)
+    if getattr(args, "until", None) is not None:
+        args.until = parse_until(args.until, now())
     return args
 
 

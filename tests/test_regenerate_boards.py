@@ -4,6 +4,7 @@ check, against a record a real run wrote, is in test_e2e_run.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,7 +100,8 @@ def test_run_reruns_each_stale_record_under_the_lock_and_stops_at_a_failure(
 ) -> None:
     monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
     monkeypatch.setattr(rb, "dirty_files", list)
-    monkeypatch.setattr(rb, "is_current", lambda entry, dirs, results: entry.loss == "ms")
+    ms = rb.Entry("glyphs", "ms", 0)
+    monkeypatch.setattr(rb, "current_records", lambda entries, dirs, results: {ms: _timed(60, 60, "AVX2")})
     codes = iter([0, 3])
     ran: list[list[str]] = []
 
@@ -167,3 +169,83 @@ def test_status_estimates_the_time_left_from_the_current_records_and_says_from_w
     )
     assert rb.time_left(current, 0) is None  # nothing left
     assert rb.time_left(current[2:], 5) is None  # nothing to estimate from
+
+
+def test_until_is_the_next_such_utc_time_or_an_iso_time() -> None:
+    at = dt.datetime(2026, 12, 3, 23, 30, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("01:40", at) == dt.datetime(2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("23:45", at) == dt.datetime(2026, 12, 3, 23, 45, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("2026-12-04T01:40", at) == dt.datetime(2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("2026-12-04T02:40+01:00", at) == dt.datetime(
+        2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc
+    )
+    with pytest.raises(SystemExit, match="HH:MM"):
+        rb.parse_until("tonight", at)
+
+
+def test_the_estimate_is_the_same_losss_median_else_the_datasets() -> None:
+    current = {
+        rb.Entry("omniglot", "ms", 0): _timed(1000, 500, "AVX2"),  # 1,500 s
+        rb.Entry("omniglot", "ms", 1): _timed(2000, 500, "AVX2"),  # 2,500 s
+        rb.Entry("omniglot", "margin", 0): _timed(3000, 1000, "AVX2"),  # 4,000 s
+        rb.Entry("glyphs", "ms", 0): _timed(9000, 1000, "AVX2"),  # another dataset: never counted
+    }
+    assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), current) == (
+        2000,
+        "median of ms's 2 current record(s)",
+    )
+    assert rb.estimate_s(rb.Entry("omniglot", "cwms", 1), current) == (
+        2500,
+        "median of 3 current omniglot record(s)",
+    )
+    assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), {}) is None
+
+
+def test_until_skips_a_record_expected_to_land_too_late_and_starts_a_shorter_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
+    monkeypatch.setattr(rb, "dirty_files", list)
+    clock = [dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)]
+    monkeypatch.setattr(rb, "now", lambda: clock[0])
+    current = {
+        rb.Entry("glyphs", "margin", 0): _timed(3000, 600, "AVX2"),  # margin: 60 min
+        rb.Entry("glyphs", "ms", 0): _timed(1000, 200, "AVX2"),  # ms: 20 min
+    }
+    monkeypatch.setattr(rb, "current_records", lambda entries, dirs, results: dict(current))
+    monkeypatch.setattr(rb, "committed_seeds", lambda results, d, loss, budget: [0, 1])
+    ran: list[tuple[str, str]] = []
+
+    class FakeRun:  # each run takes 20 minutes of the fake clock
+        def __init__(self, cmd: list[str], cwd: Path) -> None:
+            ran.append((cmd[cmd.index("--loss") + 1], cmd[cmd.index("--seed") + 1]))
+            clock[0] += dt.timedelta(minutes=20)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    args = ["run", "--datasets", "glyphs", "--losses", "margin,ms,cwms", "--results", str(tmp_path)]
+    # 45 minutes left: cwms seed 0 (no cwms record: the dataset's median, 40 min) starts; then, 25
+    # minutes left, margin seed 1 (60 min) is skipped and ms seed 1 (20 min) starts; with 5 minutes
+    # left cwms seed 1 is skipped.
+    assert rb.main([*args, "--until", "23:45"]) == 0
+    assert ran == [("cwms", "0"), ("ms", "1")]
+    out = capsys.readouterr().out
+    assert (
+        "not started: glyphs margin seed 1: expected 60 min (median of margin's 1 current record(s)), "
+        "25 min left before --until" in out
+    )
+    assert (
+        "not started: glyphs cwms seed 1: expected 40 min (median of 2 current glyphs record(s)), 5 min"
+        in out
+    )
+    assert out.count("landed: ") == 2
+    # Nothing to estimate from: not started.
+    assert rb.fits(rb.Entry("omniglot", "ms", 0), current, clock[0] + dt.timedelta(hours=9)) == (
+        "no current record to estimate its time from (run it without --until)"
+    )
+    # Without --until every stale record starts, in plan order.
+    ran.clear()
+    assert rb.main(args) == 0
+    assert ran == [("cwms", "0"), ("margin", "1"), ("ms", "1"), ("cwms", "1")]
