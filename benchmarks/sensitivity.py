@@ -62,18 +62,21 @@ the new ``mini`` replaces those files. ``--dataset glyphs`` does the same on the
 fold of contrastive and margin); tau^2 then still comes from the omniglot rows, the only ones with
 several seeds, and the table says so.
 
-**Statistics.** The earlier ``mini`` row of a loss is the mean of its search seeds' means; a
-variant has one search seed. The variance of a seed mean (tau^2: the search plus test-repetition
-noise, ``benchmark.stats.seeds``) is pooled over the baseline rows of the six losses, and the
-change variant - baseline has variance tau^2 (1/S_variant + 1/S_baseline) on the pool's degrees of
-freedom. This assumes a variant's seed-to-seed spread is that of ``mini``; with one variant seed it
-cannot be checked, and the table says so. The family gap is the mean of the class/proxy losses'
-rows minus the mean of the pair-based rows, its variance summed the same way. Each interval is
-95% and uncorrected: it describes a change, it does not test one (tests over the losses would be
-Holm-corrected over the table's cells). A cell whose records and reference records were made in
-different environments (CPU kind or model, torch threads per fold: the leaderboard footer's
-``ROW_ENVIRONMENT``) is marked ``§`` with a footnote naming both sides: its change also carries
-what that environment moves, which one seed per side cannot separate from the setting's.
+**Statistics.** The earlier ``mini`` row of a loss is the mean of its search seeds' means; a variant
+has one search seed. The variance of a seed mean (tau^2: the search plus test-repetition noise,
+``benchmark.stats.seeds``) is pooled over the baseline rows of the six losses, and the change
+variant - baseline has variance tau^2 (1/S_variant + 1/S_baseline) on the pool's degrees of freedom;
+when Bartlett's test rejects equal seed spreads across those rows (as the leaderboard does,
+:func:`benchmark.stats.seeds.seed_variance`), each loss uses its own tau^2 on S - 1 degrees of
+freedom instead (:class:`TauModel`) and the family gap Welch-Satterthwaite's. This assumes a
+variant's seed-to-seed spread is that of ``mini`` (of the loss's ``mini`` row, when per loss); with
+one variant seed it cannot be checked, and the table says so. The family gap is the mean of the
+class/proxy losses' rows minus the mean of the pair-based rows, its variance summed the same way.
+Each interval is 95% and uncorrected: it describes a change, it does not test one (tests over the
+losses would be Holm-corrected over the table's cells). A cell whose records and reference records
+were made in different environments (CPU kind or model, torch threads per fold: the leaderboard
+footer's ``ROW_ENVIRONMENT``) is marked ``§`` with a footnote naming both sides: its change also
+carries what that environment moves, which one seed per side cannot separate from the setting's.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ import functools
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -98,11 +101,14 @@ from benchmark.records import RunRecord, board_key, load_record  # noqa: E402
 from benchmark.report.leaderboard import ROW_ENVIRONMENT  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
+    Difference,
     Estimate,
+    SeedVariance,
     contrast,
     difference,
-    pooled_seed_variance,
     pooled_within_variance,
+    seed_means,
+    seed_variance,
 )
 
 #: Variant name -> the ``--set`` overrides it applies to ``mini``.
@@ -227,6 +233,53 @@ class Row:
     variants: dict[str, Estimate]
 
 
+@dataclass(frozen=True)
+class TauModel:
+    """The seed-mean variance the cells use: pooled over the tau rows of the six losses, or, when
+    Bartlett's test rejects equal spreads across them (:func:`benchmark.stats.seeds.seed_variance`),
+    each loss's own on S - 1 df (a loss with one tau seed then borrows the pool)."""
+
+    variance: SeedVariance
+    #: Per loss with >= 2 tau seeds: its own tau^2 and df.
+    own: dict[str, tuple[float, int]]
+
+    def of(self, loss: str) -> tuple[float, int]:
+        """The tau^2 and degrees of freedom of ``loss``'s cells."""
+        if self.variance.pooled or loss not in self.own:
+            return self.variance.tau2, self.variance.df
+        return self.own[loss]
+
+    def header(self, borrowed: str) -> str:
+        """The section's line on the seed-mean variance."""
+        v = self.variance
+        if v.pooled:
+            return (
+                f"Pooled seed-mean variance: tau = {100 * math.sqrt(v.tau2):.2f} points on {v.df} degrees"
+                f" of freedom{borrowed} ({v.describe()})."
+            )
+        own = ", ".join(f"{loss} {100 * math.sqrt(t):.2f} ({df} df)" for loss, (t, df) in self.own.items())
+        lone = [loss for loss in FAMILIES if loss not in self.own]
+        lent = (
+            f"; {', '.join(lone)} borrow the pool's {100 * math.sqrt(v.tau2):.2f} ({v.df} df)" if lone else ""
+        )
+        return (
+            f"Seed-mean variance per loss{borrowed}: {v.describe()}; tau in points: {own}{lent}. "
+            "A loss's change and the family gap's then use those on Welch-Satterthwaite degrees of freedom."
+        )
+
+
+def tau_model(mode: str) -> TauModel:
+    """The :class:`TauModel` of ``mode`` from the earlier :data:`TAU_DATASET` ``mini`` rows."""
+    groups = {loss: load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES}
+    own = {}
+    for loss, g in groups.items():
+        means = seed_means(g)
+        if len(means) >= 2:
+            m = sum(means) / len(means)
+            own[loss] = (sum((x - m) ** 2 for x in means) / (len(means) - 1), len(means) - 1)
+    return TauModel(seed_variance(list(groups.values())), own)
+
+
 def seed_estimate(groups: Sequence[Sequence[float]], tau2: float, df: int) -> Estimate:
     """Mean of seed means with variance tau2 / S on the pool's df (see the module docstring)."""
     means = [sum(g) / len(g) for g in groups]
@@ -249,18 +302,34 @@ def fmt(value: float, half: float) -> str:
     return f"{100 * value:+.2f} ± {100 * half:.2f}" if not math.isnan(half) else f"{100 * value:+.2f}"
 
 
-def gap(estimates: dict[str, Estimate]) -> Estimate:
+def gap_weights(losses: Sequence[str]) -> dict[str, float]:
+    """The family gap's weight per loss: 1/n for class/proxy, -1/n for pair-based losses."""
+    n = {f: sum(1 for loss in losses if FAMILIES[loss] == f) for f in ("class/proxy", "pair")}
+    return {loss: (1.0 if FAMILIES[loss] == "class/proxy" else -1.0) / n[FAMILIES[loss]] for loss in losses}
+
+
+def gap(estimates: dict[str, Estimate], pooled: bool) -> Difference:
     """Mean of the class/proxy rows minus the mean of the pair rows: the :func:`contrast` of the
-    rows (all on the pooled tau^2, so its df is the pool's), as an estimate to difference."""
-    fams = {
-        f: [estimates[loss] for loss, g in FAMILIES.items() if g == f and loss in estimates]
-        for f in ("class/proxy", "pair")
-    }
-    terms = [(1.0 / len(fams["class/proxy"]), e) for e in fams["class/proxy"]]
-    terms += [(-1.0 / len(fams["pair"]), e) for e in fams["pair"]]
-    d = contrast(terms)
-    any_e = next(iter(estimates.values()))
-    return Estimate(d.diff, d.se**2, d.df, 0, 0, any_e.scope, pooled=True)
+    rows, on the pool's df when they share the pooled tau^2, else Welch-Satterthwaite's."""
+    w = gap_weights(list(estimates))
+    return contrast([(w[loss], replace(e, pooled=pooled)) for loss, e in estimates.items()])
+
+
+def gap_change(variant: dict[str, Estimate], base: dict[str, Estimate], pooled: bool) -> Difference:
+    """The change of the family gap, variant − base: the contrast of the per-loss changes, each of
+    variance tau_l^2 (1/S_variant + 1/S_base) on its loss's df (the two sides of a loss share its
+    tau, so they are one term, not two independent ones)."""
+    w = gap_weights(list(base))
+    terms = [
+        (
+            w[loss],
+            replace(
+                e, mean=e.mean - base[loss].mean, var_mean=e.var_mean + base[loss].var_mean, pooled=pooled
+            ),
+        )
+        for loss, e in variant.items()
+    ]
+    return contrast(terms)
 
 
 def own_paths(variant: str, dataset: str, loss: str) -> list[Path]:
@@ -328,22 +397,20 @@ def table(
     """The Markdown section of one evaluation mode on ``dataset``: each variant against the
     earlier ``mini`` rows, or against the variant ``against`` (the calibration check: a
     calibrated setting against its doubled patience and trials). tau^2 is pooled over the earlier
-    :data:`TAU_DATASET` ``mini`` rows either way."""
-    tau_groups = [load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES]
-    tau2, df = pooled_seed_variance(tau_groups)
+    :data:`TAU_DATASET` ``mini`` rows either way (:class:`TauModel`)."""
+    tau = tau_model(mode)
     reference = "earlier mini (seeds)" if against is None else f"{against} (seeds)"
     base_paths = {
         loss: paths
         for loss in FAMILIES
         if (paths := mini_paths(dataset, loss) if against is None else variant_paths(against, dataset, loss))
     }
-    base = {loss: seed_estimate(load_groups(paths, mode), tau2, df) for loss, paths in base_paths.items()}
+    base = {
+        loss: seed_estimate(load_groups(paths, mode), *tau.of(loss)) for loss, paths in base_paths.items()
+    }
     lines = [f"### {label}", ""]
     borrowed = "" if dataset == TAU_DATASET else f", borrowed from the {TAU_DATASET} rows"
-    lines.append(
-        f"Pooled seed-mean variance: tau = {100 * math.sqrt(tau2):.2f} points on {df} degrees of freedom"
-        f"{borrowed}."
-    )
+    lines.append(tau.header(borrowed))
     lines.append("")
     head = f"| loss | family | {reference} | " + " | ".join(f"{v}: change" for v in variants) + " |"
     lines += [head, "|" + "---|" * (3 + len(variants))]
@@ -361,7 +428,7 @@ def table(
             if not paths:
                 cells.append("not run")
                 continue
-            est = seed_estimate(load_groups(paths, mode), tau2, df)
+            est = seed_estimate(load_groups(paths, mode), *tau.of(loss))
             var_est[v][loss] = est
             d = difference(est, base[loss])
             p_values[v][loss] = d.p
@@ -387,15 +454,17 @@ def table(
     )
     if set(base) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
-    base_gap = gap(base)
-    cells = ["**family gap**", "class/proxy − pair", fmt(base_gap.mean, base_gap.half_width)]
+    pooled = tau.variance.pooled
+    base_gap = gap(base, pooled)
+    lo, hi = base_gap.interval()
+    cells = ["**family gap**", "class/proxy − pair", fmt(base_gap.diff, (hi - lo) / 2)]
     for v in variants:
         if set(var_est[v]) != set(FAMILIES):
             cells.append("incomplete")
             continue
-        d = difference(gap(var_est[v]), base_gap)
+        d = gap_change(var_est[v], base, pooled)
         lo, hi = d.interval()
-        cells.append(f"{100 * gap(var_est[v]).mean:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
+        cells.append(f"{100 * gap(var_est[v], pooled).diff:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
     lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
 
@@ -614,8 +683,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             "(50-iteration epochs, validation after each, patience 2, `builtin:smallcnn-symbols`) with one",
             "setting changed (see the script's docstring for the statistics). Cells: change of test MAP@R in",
             "points, variant − earlier `mini` row, with its 95% interval; each variant is one search",
-            "seed, so the interval assumes its seed-to-seed spread is `mini`'s (pooled over the six",
-            f"losses' three seeds on {TAU_DATASET}). The family gap row gives the variant's gap and its"
+            "seed, so the interval assumes its seed-to-seed spread is `mini`'s (from the six losses'",
+            f"three seeds on {TAU_DATASET}: pooled unless Bartlett's test rejects equal spreads, then each",
+            "loss's own; each section says which). The family gap row gives the variant's gap and its"
             " change.",
         ]
     else:
@@ -626,8 +696,10 @@ def cmd_table(args: argparse.Namespace) -> int:
             "Generated by `python benchmarks/sensitivity.py table --variants "
             f"{variants} --against {args.against}{dataset_flag}`;",
             f"do not edit by hand. Dataset {', '.join(datasets)}, protocol mlrc. Cells: change of test",
-            f"MAP@R in points, variant − `{args.against}`, with its 95% interval (tau pooled over the",
-            f"earlier {TAU_DATASET} `mini` rows' three seeds, see the script's docstring). A setting is",
+            f"MAP@R in points, variant − `{args.against}`, with its 95% interval (tau from the earlier",
+            f"{TAU_DATASET} `mini` rows' three seeds: pooled over the six losses unless Bartlett's test",
+            "rejects equal spreads, then each loss's own; each section says which; see the script's",
+            "docstring). A setting is",
             "budget-insensitive where 0 lies inside every loss's interval. A variant's records are its",
             "own runs and the board's records made at the same settings (`board_paths` in the script).",
         ]

@@ -277,3 +277,46 @@ def test_baseline_row_names_a_pretrained_trunk(model: dict[str, Any], label: str
     rec["config"]["model"] = model
     rows = list(csv.reader(io.StringIO(render("csv", "glyphs", "mlrc", {"mini": [rec]}, ["map_at_r"]))))
     assert rows[-1][:3] == ["mini", "untrained", label]
+
+
+def _seeded(loss: str, seed_means: list[float]) -> list[dict[str, Any]]:
+    """One record per search seed; each seed's 3 reps are its mean ± 0.001 (MAP@R only)."""
+    out = []
+    for seed, m in enumerate(seed_means):
+        reps = [m - 0.001, m, m + 0.001]
+        per_rep = {mode: {"map_at_r": reps} for mode in ("separated", "concatenated")}
+        out.append(
+            run_record(loss, f"{loss}{seed}", per_rep=per_rep, seed=seed, budget="mini", schema=SCHEMA)
+        )
+    return out
+
+
+@pytest.mark.parametrize("erratic", [True, False])
+def test_multi_seed_rows_pool_only_when_their_seed_spreads_agree(tmp_path: Path, erratic: bool) -> None:
+    """One loss whose search seeds disagree by 20 points beside two that agree within 1: the
+    footer (Markdown, LaTeX, JSON) reports Bartlett's rejection and each row's interval uses its
+    own 3 seed means (t on 2 df); with similar spreads the rows pool and the footer says so."""
+    import math
+
+    import numpy as np
+    import scipy.stats
+
+    first = [0.24, 0.46, 0.39] if erratic else [0.44, 0.45, 0.452]
+    means = {"margin": first, "ms": [0.467, 0.471, 0.469], "triplet": [0.429, 0.443, 0.437]}
+    root = write(tmp_path, [r for loss, m in means.items() for r in _seeded(loss, m)])
+    by_budget = select_records(root, "glyphs", "mlrc")
+    md = render("md", "glyphs", "mlrc", by_budget, ["map_at_r"])
+    (line,) = [x for x in md.splitlines() if x.startswith("Seed-mean variance of the multi-seed rows (3)")]
+    p = float(scipy.stats.bartlett(*[np.asarray(m) for m in means.values()]).pvalue)
+    assert erratic == (p < 0.05)
+    assert f"separated MAP@R {'own' if erratic else 'pooled'}, p = {p:.2g}" in line, line
+    data = leaderboard_data("glyphs", "mlrc", by_budget, ["map_at_r"])
+    assert data["budgets"][0]["seed_variance"] == [line]
+    assert line in render("tex", "glyphs", "mlrc", by_budget, ["map_at_r"])
+    row = next(r for r in md.splitlines() if r.startswith("| ms "))
+    if erratic:
+        half = scipy.stats.t.ppf(0.975, 2) * math.sqrt(float(np.var(means["ms"], ddof=1)) / 3)
+    else:
+        ss = sum(float(np.var(m, ddof=1)) * 2 for m in means.values())
+        half = scipy.stats.t.ppf(0.975, 6) * math.sqrt(ss / 6 / 3)
+    assert f"± {100 * half:.2f}" in row, row

@@ -17,7 +17,7 @@ from test_report_tables import make_record, write
 from benchmark.cli.main import main
 from benchmark.report.compare import compare_budget
 from benchmark.report.leaderboard import UNTRAINED, build_leaderboard, load_leaderboard
-from benchmark.report.plan import components, plan
+from benchmark.report.plan import components, plan, render
 from benchmark.report.tables import FORMATS, render_leaderboard
 from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, row_estimates
 
@@ -144,6 +144,25 @@ def test_plan_reads_the_components(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "Search-seed sd σ_a" in out and "Cheapest design" in out
     assert main(["plan", "--dataset", "glyphs", "--results-dir", str(root), "--difference", "0"]) == 2
+
+
+def test_plan_says_when_the_losses_seed_spreads_differ() -> None:
+    """Records of one erratic loss (seed means 0.24/0.46/0.39) and one calm one: the plan keeps
+    its pooled σ_a but says that Bartlett's test rejected equal spreads and what that means."""
+    recs = []
+    for loss, means in (("margin", (0.24, 0.46, 0.39)), ("ms", (0.467, 0.471, 0.469))):
+        for seed, m in enumerate(means):
+            per_rep = {"separated": {"map_at_r": [m - 0.001, m, m + 0.001]}}
+            recs.append(_typed(run_record(loss, f"{loss}{seed}", per_rep=per_rep, seed=seed)))
+    comps = components(recs, "separated", "map_at_r")
+    assert comps.seed_model is not None and not comps.seed_model.pooled
+    text = render("glyphs", "mini", "separated", "map_at_r", comps, plan(comps, 0.05), 1)
+    assert "The losses' seed spreads differ (each row's own" in text and "optimistic" in text
+    calm = components(recs[3:], "separated", "map_at_r")  # ms alone: nothing to compare
+    assert calm.seed_model is not None and calm.seed_model.pooled
+    assert "seed spreads differ" not in render(
+        "glyphs", "mini", "separated", "map_at_r", calm, plan(calm, 0.05), 1
+    )
 
 
 def _typed(rec: dict[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -146,9 +147,11 @@ def test_a_glyphs_table_borrows_omniglots_seed_variance_and_says_so(
     sens = _module()
     omniglot = sens.table("separated", "sep", ["patience5"])
     glyphs = sens.table("separated", "sep", ["patience5"], dataset="glyphs")
-    (tau_omni,) = [line for line in omniglot if line.startswith("Pooled seed-mean variance")]
-    (tau_glyphs,) = [line for line in glyphs if line.startswith("Pooled seed-mean variance")]
-    assert tau_glyphs == tau_omni.rstrip(".") + ", borrowed from the omniglot rows."
+    heads = ("Pooled seed-mean variance", "Seed-mean variance per loss")
+    (tau_omni,) = [line for line in omniglot if line.startswith(heads)]
+    (tau_glyphs,) = [line for line in glyphs if line.startswith(heads)]
+    assert ", borrowed from the omniglot rows" in tau_glyphs
+    assert tau_glyphs.replace(", borrowed from the omniglot rows", "") == tau_omni
     # No glyphs variant is committed: every row is the glyphs mini row and "not run".
     for loss in sens.FAMILIES:
         (row,) = [line for line in glyphs if line.startswith(f"| {loss} |")]
@@ -334,12 +337,36 @@ def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
         loss: sens.Estimate(m, var[loss], 7.0, 3, 12, "search and training seeds", pooled=True)
         for loss, m in means.items()
     }
-    got = sens.gap(est)
+    got = sens.gap(est, pooled=True)
     pair = [x for x, f in sens.FAMILIES.items() if f == "pair"]
     cls = [x for x, f in sens.FAMILIES.items() if f == "class/proxy"]
-    assert got.mean == pytest.approx(np.mean([means[x] for x in cls]) - np.mean([means[x] for x in pair]))
+    assert got.diff == pytest.approx(np.mean([means[x] for x in cls]) - np.mean([means[x] for x in pair]))
     by_hand = sum(var[x] for x in cls) / len(cls) ** 2 + sum(var[x] for x in pair) / len(pair) ** 2
-    assert got.var_mean == pytest.approx(by_hand, rel=1e-12) and got.df == 7.0
+    assert got.se**2 == pytest.approx(by_hand, rel=1e-12) and got.df == 7.0
+    # Each loss on its own tau (Bartlett rejected a pool): Welch-Satterthwaite over the weighted terms.
+    own = sens.gap({loss: dataclasses.replace(e, df=2.0) for loss, e in est.items()}, pooled=False)
+    w = sens.gap_weights(list(means))
+    parts = [w[x] ** 2 * var[x] for x in means]
+    assert own.df == pytest.approx(sum(parts) ** 2 / sum(v * v / 2.0 for v in parts), rel=1e-12)
+    assert own.diff == got.diff and own.se == pytest.approx(got.se, rel=1e-12)
+
+
+def test_a_gap_change_is_one_term_per_loss_on_its_tau() -> None:
+    """The two sides of a loss share its tau estimate: the change is one term of variance
+    tau_l^2 (1/S_v + 1/S_b) per loss, on the pool's df when pooled."""
+    sens = _module()
+    losses = list(sens.FAMILIES)
+    base = {
+        x: sens.Estimate(0.5 + 0.01 * i, 1e-4 / 3, 12.0, 3, 12, "s", pooled=True)
+        for i, x in enumerate(losses)
+    }
+    var = {
+        x: sens.Estimate(0.51 + 0.01 * i, 1e-4, 12.0, 1, 4, "s", pooled=True) for i, x in enumerate(losses)
+    }
+    d = sens.gap_change(var, base, pooled=True)
+    assert d.df == 12.0 and d.diff == pytest.approx(0.01 * sum(sens.gap_weights(losses).values()), abs=1e-12)
+    w = sens.gap_weights(losses)
+    assert d.se**2 == pytest.approx(sum(w[x] ** 2 * (1e-4 + 1e-4 / 3) for x in losses), rel=1e-12)
 
 
 def _copy_record(

@@ -17,9 +17,11 @@ from benchmark.stats.seeds import (
     SCOPE_TRAINING,
     contrast,
     difference,
+    equal_variance_p,
     pooled_seed_variance,
     pooled_within_variance,
     row_estimates,
+    seed_variance,
     training_estimate,
 )
 from benchmark.stats.tiers import column_tiers, compact_letters
@@ -134,6 +136,75 @@ def test_pooled_rows_test_on_the_pooled_df() -> None:
     tau2 = (np.var(means_a, ddof=1) + np.var(means_b, ddof=1)) / 2
     t = (np.mean(means_a) - np.mean(means_b)) / math.sqrt(tau2 * (1 / 2 + 1 / 2))
     assert d.t == pytest.approx(t) and d.p == pytest.approx(2 * scipy.stats.t.sf(abs(t), 2))
+
+
+def test_bartlett_decides_pooling_and_unequal_rows_keep_their_own_seed_variance() -> None:
+    """An erratic search (seed means 24, 46, 39) beside calm ones (spread < 1 point): Bartlett's
+    test (scipy) rejects equal seed variances, so each row's interval uses its own seed means on
+    S - 1 df instead of a pool the erratic row dominates."""
+    means = ([0.2425, 0.4592, 0.3927], [0.4675, 0.4709, 0.4694], [0.4379, 0.4434, 0.4417])
+    rows = [[[m - 0.001, m + 0.001] for m in row] for row in means]
+    model = seed_variance(rows)
+    p = float(scipy.stats.bartlett(*[np.asarray(m) for m in means]).pvalue)
+    assert model.p_equal == pytest.approx(p, rel=1e-12) and p < 0.05 and not model.pooled
+    assert model.rows == 3 and "differ" in model.describe()
+    for est, m in zip(row_estimates(rows), means, strict=True):
+        assert not est.pooled and est.df == 2 and est.scope == SCOPE_BOTH
+        assert est.var_mean == pytest.approx(float(np.var(m, ddof=1)) / 3, rel=1e-12)
+        half = scipy.stats.t.ppf(0.975, 2) * math.sqrt(float(np.var(m, ddof=1)) / 3)
+        assert est.half_width == pytest.approx(half, rel=1e-12)
+    a, b = row_estimates(rows)[:2]
+    d = difference(a, b)  # two rows of their own variance: Welch-Satterthwaite on their seed means
+    welch = scipy.stats.ttest_ind(means[0], means[1], equal_var=False)
+    assert d.p == pytest.approx(float(welch.pvalue), rel=1e-9)
+    # alpha = 0 never rejects: the former always-pooled estimate.
+    pooled = row_estimates(rows, alpha=0.0)
+    tau2, df = pooled_seed_variance(rows)
+    assert all(e.pooled and e.df == df for e in pooled)
+    assert (
+        pooled[1].var_mean == pytest.approx(tau2 / 3)
+        and pooled[1].half_width > 10 * row_estimates(rows)[1].half_width
+    )
+
+
+def test_similar_seed_spreads_still_pool() -> None:
+    rows = [[[0.50, 0.52], [0.55, 0.53]], [[0.40, 0.41], [0.43, 0.42]], [[0.45, 0.44], [0.47, 0.49]]]
+    model = seed_variance(rows)
+    assert model.pooled and model.p_equal >= 0.05 and "pooled" in model.describe()
+    assert all(e.pooled and e.df == 3 for e in row_estimates(rows))
+
+
+def test_equal_variance_p_edge_cases() -> None:
+    assert math.isnan(equal_variance_p([np.array([1.0, 2.0])]))  # one sample: nothing to compare
+    assert equal_variance_p([np.array([1.0, 1.0]), np.array([2.0, 2.0])]) == 1.0
+    assert equal_variance_p([np.array([1.0, 1.0]), np.array([2.0, 3.0])]) == 0.0
+    x, y = np.array([1.0, 2.0, 4.0]), np.array([0.0, 5.0, 9.0, 2.0])
+    assert equal_variance_p([x, y]) == pytest.approx(float(scipy.stats.bartlett(x, y).pvalue))
+    assert math.isnan(seed_variance([[[0.5]], [[0.4, 0.5]]]).p_equal)  # no multi-seed row
+
+
+def test_one_erratic_search_no_longer_breaks_the_other_rows_coverage() -> None:
+    """Simulated boards of 5 rows with 3 seeds, one row's search sd 20x the others': pooling
+    always makes the calm rows' intervals far too wide (coverage ~1) and the erratic row's too
+    narrow; the tested rule brings the erratic row to nominal within Monte-Carlo error (3 se)
+    and the calm rows' coverage down from ~1 (they pool again whenever the test misses)."""
+    n, losses, seeds, reps = 1500, 5, 3, 4
+    rng = np.random.default_rng(11)
+    mu = np.linspace(0.3, 0.5, losses)
+    sa = np.array([0.10, 0.005, 0.005, 0.005, 0.005])
+    y = mu[None, :, None, None] + rng.normal(0.0, 1.0, (n, losses, seeds, 1)) * sa[None, :, None, None]
+    y = y + rng.normal(0.0, 0.002, (n, losses, seeds, reps))
+    hits = {"tested": np.zeros(losses), "always": np.zeros(losses)}
+    for b in range(n):
+        rows = [[list(y[b, k, s]) for s in range(seeds)] for k in range(losses)]
+        for rule, alpha in (("tested", 0.05), ("always", 0.0)):
+            for k, est in enumerate(row_estimates(rows, alpha=alpha)):
+                hits[rule][k] += abs(est.mean - mu[k]) <= est.half_width
+    tested, always = hits["tested"] / n, hits["always"] / n
+    mc = 3 * math.sqrt(0.95 * 0.05 / n)
+    assert abs(tested[0] - 0.95) < mc, tested
+    assert always[0] < 0.95 - mc, always
+    assert always[1:].min() > 0.995 and tested[1:].mean() < always[1:].mean(), (tested, always)
 
 
 # -- tiers ------------------------------------------------------------------------------------

@@ -1,16 +1,16 @@
 """Significance tables like the Mean-Field paper's Tables 6–7 (docs/protocols.md §4.4).
 
-For one metric, every compared loss is tested against every reference loss in both evaluation
-modes, on the same row model as the leaderboard (:mod:`benchmark.stats.seeds`): Welch's t-test on
-the per-repetition test values for two one-seed rows, the pooled seed-mean test for rows with
-several search seeds. A cell reads ``✓↑`` (significantly better), ``×↑`` (better, not
-significant), ``✓↓`` / ``×↓`` (worse), ``✓=`` / ``×=`` (equal means); ``n/a`` with the arrow when
-no p-value exists (fewer than two repetitions, or two identical constant samples). "Better"
-respects the metric's ``higher_is_better``. By default the p-values of all comparisons of a table
-(one budget) are Holm-adjusted before the decision ``p <= alpha``; ``correction=False`` gives the
-Mean-Field paper's uncorrected layout. Each comparison carries the difference with its 95%
-interval, and each table the minimum difference detectable at 80% power with the repetitions at
-hand (:mod:`benchmark.stats.power`).
+For one metric, every compared loss is tested against every reference loss in both evaluation modes,
+on the same row model as the leaderboard (:mod:`benchmark.stats.seeds`): Welch's t-test on the
+per-repetition test values for two one-seed rows, the pooled seed-mean test for rows with several
+search seeds (Welch's on their seed means when the column's seed spreads differ). A cell reads
+``✓↑`` (significantly better), ``×↑`` (better, not significant), ``✓↓`` / ``×↓`` (worse), ``✓=`` /
+``×=`` (equal means); ``n/a`` with the arrow when no p-value exists (fewer than two repetitions, or
+two identical constant samples). "Better" respects the metric's ``higher_is_better``. By default the
+p-values of all comparisons of a table (one budget) are Holm-adjusted before the decision ``p <=
+alpha``; ``correction=False`` gives the Mean-Field paper's uncorrected layout. Each comparison
+carries the difference with its 95% interval, and each table the minimum difference detectable at
+80% power with the repetitions at hand (:mod:`benchmark.stats.power`).
 """
 
 from __future__ import annotations
@@ -364,7 +364,8 @@ def _method(tables: dict[str, list[Comparison]], use_holm: bool, alpha: float) -
     text = (
         "t-tests on the leaderboard's row model: Welch's t-test on the per-repetition test values "
         "for two one-seed rows (scipy.stats.ttest_ind, equal_var=False), the pooled seed-mean "
-        f"t-test for rows with several search seeds (docs/protocols.md §4.5); two-sided, α = {alpha:g}"
+        "t-test for rows with several search seeds, Welch's on their seed means where Bartlett's "
+        f"test rejects equal seed spreads (docs/protocols.md §4.5); two-sided, α = {alpha:g}"
     )
     if use_holm:
         text += "; p-values Holm-adjusted over all comparisons of each table"

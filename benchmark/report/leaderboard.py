@@ -71,7 +71,16 @@ from benchmark.records import (
     settings_groups,
 )
 from benchmark.registry import PluginSource
-from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, Estimate, row_estimates, training_estimate
+from benchmark.stats.seeds import (
+    HOMOGENEITY_ALPHA,
+    SCOPE_BOTH,
+    SCOPE_TRAINING,
+    Estimate,
+    SeedVariance,
+    row_estimates,
+    seed_variance,
+    training_estimate,
+)
 from benchmark.stats.tiers import Tiers, column_tiers
 
 MODES = MLRC_MODES
@@ -299,12 +308,11 @@ def _summary_estimate(cell: IntervalDoc | None, n: int, confidence: float) -> Es
     return Estimate(mean, se * se, float(n - 1), 1, n, SCOPE_TRAINING, confidence)
 
 
-def column_estimates(
-    replicates: Sequence[Sequence[RunRecord]], mode: str, metric: str, confidence: float = 0.95
-) -> list[Estimate]:
-    """One column's estimates for rows of replicate records (:mod:`benchmark.stats.seeds`): the
-    multi-seed rows pool their seed variance; a row whose records lack per-rep values of the
-    column keeps its stored interval (training seeds)."""
+def _column_groups(
+    replicates: Sequence[Sequence[RunRecord]], mode: str, metric: str, confidence: float
+) -> tuple[list[list[list[float]]], dict[int, Estimate]]:
+    """Per row, each seed's per-rep values of the column; and the stored-interval estimates of the
+    rows whose records lack them (their groups are empty)."""
     groups: list[list[list[float]]] = []
     fallback: dict[int, Estimate] = {}
     for i, reps in enumerate(replicates):
@@ -316,8 +324,25 @@ def column_estimates(
             newest = max(reps, key=lambda r: r.created)
             cell = newest.test["summary"].get(mode, {}).get(metric)
             fallback[i] = _summary_estimate(cell, newest.test["reps"], confidence)
+    return groups, fallback
+
+
+def column_estimates(
+    replicates: Sequence[Sequence[RunRecord]], mode: str, metric: str, confidence: float = 0.95
+) -> list[Estimate]:
+    """One column's estimates for rows of replicate records (:mod:`benchmark.stats.seeds`): the
+    multi-seed rows pool their seed variance unless their spreads differ
+    (:func:`column_seed_variance`); a row whose records lack per-rep values of the column keeps
+    its stored interval (training seeds)."""
+    groups, fallback = _column_groups(replicates, mode, metric, confidence)
     estimates = row_estimates(groups, confidence)
     return [fallback.get(i, e) for i, e in enumerate(estimates)]
+
+
+def column_seed_variance(replicates: Sequence[Sequence[RunRecord]], mode: str, metric: str) -> SeedVariance:
+    """How :func:`column_estimates` gets the multi-seed rows' seed variance for this column."""
+    groups, _ = _column_groups(replicates, mode, metric, 0.95)
+    return seed_variance(groups)
 
 
 def _least_converged(records: Sequence[RunRecord]) -> Mapping[str, Any]:
@@ -889,7 +914,8 @@ VALUES_NOTE = (
     "Values: mean ± half-width of the 95% interval, in percent. A row with one search seed: "
     "t-interval over its test repetitions, which covers training seeds only. A row with several "
     "seeds (Seeds 0,1,...): mean of the seed means, interval over search and training seeds "
-    "(two-level model, seed-mean variance pooled over the column's multi-seed rows; "
+    "(two-level model, seed-mean variance pooled over the column's multi-seed rows unless "
+    "Bartlett's test rejects equal seed variances, then each row's own; the footer says which; "
     "docs/protocols.md §4.5)."
 )
 #: What bold and the group letters mean.
@@ -981,6 +1007,23 @@ def tier_footer(s: Section) -> list[str]:
     return ["Best tier size per column: " + "; ".join(parts) + "."] if parts else []
 
 
+def seed_variance_footer(s: Section) -> list[str]:
+    """Per column, when the section has rows of several search seeds: whether their seed-mean
+    variance was pooled, with the test of equal seed variances that decided it."""
+    replicates = replicates_per_loss(s.records)
+    groups = [replicates[name] for name in sorted(replicates)]
+    if not any(len(g) > 1 for g in groups):
+        return []
+    models = {(mode, m): column_seed_variance(groups, mode, m) for mode, m in s.tiers}
+    parts = [f"{mode} {METRICS.get(m).display_name} {v.short()}" for (mode, m), v in models.items()]
+    n = max((v.rows for v in models.values()), default=0)
+    return [
+        f"Seed-mean variance of the multi-seed rows ({n}) per column: pooled unless Bartlett's test "
+        f"of equal seed variances across them rejects at α = {HOMOGENEITY_ALPHA:g}, then each row's "
+        "own on S − 1 df (docs/protocols.md §4.5): " + "; ".join(parts) + "."
+    ]
+
+
 def _markdown_footer(s: Section) -> list[str]:
     trials = s.search_trials()
     if not trials:
@@ -995,6 +1038,7 @@ def _markdown_footer(s: Section) -> list[str]:
             + "."
         ]
     out += tier_footer(s)
+    out += seed_variance_footer(s)
     out += footer_notes(s.chosen)
     # The per-loss shares are the table's "Stopped by patience" column; the rule stays here.
     out += convergence_footer(s.budget, s.chosen)[1:]

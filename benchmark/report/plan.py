@@ -25,7 +25,7 @@ import numpy as np
 from benchmark.records import replicates_per_loss
 from benchmark.report.leaderboard import RecordLike
 from benchmark.stats.power import difference_df, difference_se, power
-from benchmark.stats.seeds import pooled_seed_variance, pooled_within_variance, seed_means
+from benchmark.stats.seeds import SeedVariance, pooled_within_variance, seed_means, seed_variance
 
 SEEDS = (1, 2, 3, 4, 5, 6, 8, 10)
 REPS = (4, 10, 20)
@@ -42,6 +42,8 @@ class Components:
     reps: int
     #: Per loss with several seeds: the standard deviation of its seed means.
     seed_sd: dict[str, float]
+    #: The leaderboard's test of equal seed spreads across those losses (None: not computed).
+    seed_model: SeedVariance | None = None
 
     @property
     def sigma_a2(self) -> float:
@@ -65,10 +67,11 @@ def components(records: Sequence[RecordLike], mode: str, metric: str) -> Compone
             rows[loss] = groups
     groups_all = [g for groups in rows.values() for g in groups]
     sigma_e2, df_e = pooled_within_variance(groups_all)
-    tau2, df_t = pooled_seed_variance(list(rows.values()))
+    model = seed_variance(list(rows.values()))
+    tau2, df_t = model.tau2, model.df
     seed_sd = {loss: float(np.std(seed_means(g), ddof=1)) for loss, g in rows.items() if len(g) >= 2}
     r_typical = int(np.median([len(g) for g in groups_all])) if groups_all else 0
-    return Components(sigma_e2, df_e, tau2, df_t, r_typical, seed_sd)
+    return Components(sigma_e2, df_e, tau2, df_t, r_typical, seed_sd, model)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,12 @@ def render(
             + ", ".join(f"{k} {pts * v:.2f}" for k, v in c.seed_sd.items())
             + "."
         )
+        if c.seed_model is not None and not c.seed_model.pooled:
+            lines.append(
+                f"The losses' seed spreads differ ({c.seed_model.describe()}): the leaderboard gives "
+                "each multi-seed row its own seed variance, and this pooled σ_a describes no single "
+                "loss; for a loss whose spread above is wider, this plan is optimistic."
+            )
     lines += [
         "",
         f"Power to separate two losses {pts * p.difference:.2f} points apart, two-sided α = {p.alpha:.3g}"

@@ -47,6 +47,7 @@ from benchmark.report.leaderboard import (
     row_environment,
     row_records,
     search_bound_hits,
+    seed_variance_footer,
     select_records,
     settings_notes,
     tier_footer,
@@ -164,7 +165,7 @@ def latex_text(lb: Leaderboard) -> str:
                 else f"Budget {s.label}; no hyperparameter search (loss defaults)."
             )
         )
-        lines += [_comment(line) for line in tier_footer(s)]
+        lines += [_comment(line) for line in tier_footer(s) + seed_variance_footer(s)]
         lines += [_comment(note) for note in footer_notes(s.chosen)]
         # Every seed's stops: the LaTeX table has no column of them.
         by_loss = sorted(s.seed_records(), key=lambda r: (r.loss, r.seed is None, r.seed or 0))
@@ -258,6 +259,7 @@ def json_data(lb: Leaderboard) -> dict[str, Any]:
             # The mixed threads / CPU kinds warning too, as the Markdown and LaTeX footers give it.
             "notes": settings_notes(s) + footer_notes(s.chosen) + reproducibility_footer(seeds),
             "tiers": tier_footer(s),
+            "seed_variance": seed_variance_footer(s),
             "convergence_exempt": s.exempt,
         }
         bounds = search_bound_hits(seeds)

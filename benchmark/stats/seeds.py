@@ -12,8 +12,12 @@ tau^2 / S and ``S - 1`` degrees of freedom of its own. With S = 2 or 3 that is a
 degrees of freedom: intervals 3-6x wider than the spread alone suggests. The estimator chosen here
 pools tau^2 over the rows of one column (one budget, mode and metric) that have two or more
 seeds, like the pooled variance of a one-way ANOVA: degrees of freedom sum(S_l - 1). It assumes
-that the search moves every loss's result by a similar amount; ``dmlbench plan`` and the
-replication script print the per-loss spreads so the assumption can be checked.
+that the search moves every loss's result by a similar amount, and that assumption is tested
+first (:func:`seed_variance`): when Bartlett's test rejects equal seed variances across those
+rows at :data:`HOMOGENEITY_ALPHA`, one loss whose search is erratic would otherwise widen every
+row (and narrow its own), so each multi-seed row keeps its own tau^2 on S_l - 1 degrees of
+freedom. With 2-3 seeds per row the test only catches large differences; ``dmlbench plan``
+prints the per-loss spreads.
 
 A row with one seed has no estimate of the search's share: its interval is the t-interval over
 its repetitions, which covers training seeds only, and it says so (``scope``).
@@ -105,42 +109,122 @@ def pooled_within_variance(groups: Sequence[Sequence[float]]) -> tuple[float, in
     return (ss / df if df else math.nan), df
 
 
+def _multi_seed_means(rows: Sequence[Sequence[Sequence[float]]]) -> list[np.ndarray]:
+    out = []
+    for groups in rows:
+        means = np.asarray(seed_means(groups))
+        if means.size >= 2 and np.isfinite(means).all():
+            out.append(means)
+    return out
+
+
 def pooled_seed_variance(rows: Sequence[Sequence[Sequence[float]]]) -> tuple[float, int]:
     """tau^2 pooled over the rows with >= 2 seeds: (sum of squared deviations of seed means from
     their row's mean) / sum(S_l - 1), and that denominator (0 and NaN when no row has 2 seeds)."""
     ss, df = 0.0, 0
-    for groups in rows:
-        means = np.asarray(seed_means(groups))
-        if means.size >= 2 and np.isfinite(means).all():
-            ss += float(((means - means.mean()) ** 2).sum())
-            df += int(means.size - 1)
+    for means in _multi_seed_means(rows):
+        ss += float(((means - means.mean()) ** 2).sum())
+        df += int(means.size - 1)
     return (ss / df if df else math.nan), df
 
 
-def row_estimates(rows: Sequence[Sequence[Sequence[float]]], confidence: float = 0.95) -> list[Estimate]:
+#: Significance level of Bartlett's test of equal seed variances, below which a column's
+#: multi-seed rows stop pooling tau^2 (:func:`seed_variance`).
+HOMOGENEITY_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class SeedVariance:
+    """How one column's multi-seed rows get the variance of their seed means."""
+
+    #: Whether the rows share the pooled tau^2 (else each row uses its own, on S_l - 1 df).
+    pooled: bool
+    #: The pooled tau^2 and its degrees of freedom (NaN and 0 without a multi-seed row).
+    tau2: float
+    df: int
+    #: Rows with two or more seeds (finite seed means), the ones pooled or tested.
+    rows: int
+    #: Bartlett's p-value for equal seed variances across those rows (NaN: fewer than 2 rows).
+    p_equal: float
+    alpha: float = HOMOGENEITY_ALPHA
+
+    def describe(self) -> str:
+        """What the rows' intervals use, with the test behind it (for footers)."""
+        if self.rows < 2:
+            return f"{self.rows} multi-seed row(s), nothing to pool"
+        test = f"Bartlett's p = {self.p_equal:.2g} over {self.rows} rows, α = {self.alpha:g}"
+        if self.pooled:
+            return f"pooled ({test}: equal seed variances not rejected)"
+        return f"each row's own, S − 1 df ({test}: the rows' seed spreads differ)"
+
+    def short(self) -> str:
+        """:meth:`describe` in a few words (``pooled, p = 0.33`` / ``own, p = 0.0002``)."""
+        if self.rows < 2:
+            return "one multi-seed row"
+        return f"{'pooled' if self.pooled else 'own'}, p = {self.p_equal:.2g}"
+
+
+def equal_variance_p(samples: Sequence[np.ndarray]) -> float:
+    """Bartlett's p-value for equal variances of ``samples`` (each >= 2 values); NaN for fewer
+    than 2 samples. Samples without spread: 1 when none has any, 0 when only some have none
+    (Bartlett's statistic is then infinite)."""
+    if len(samples) < 2:
+        return math.nan
+    spread = [bool(np.ptp(x) > 0) for x in samples]
+    if not any(spread):
+        return 1.0
+    if not all(spread):
+        return 0.0
+    import scipy.stats
+
+    return float(scipy.stats.bartlett(*samples).pvalue)
+
+
+def seed_variance(
+    rows: Sequence[Sequence[Sequence[float]]], alpha: float = HOMOGENEITY_ALPHA
+) -> SeedVariance:
+    """Whether a column's multi-seed rows may pool tau^2: Bartlett's test of equal seed-mean
+    variances across them, pooled unless it rejects at ``alpha``."""
+    tau2, df = pooled_seed_variance(rows)
+    samples = _multi_seed_means(rows)
+    p = equal_variance_p(samples)
+    pooled = math.isnan(p) or p >= alpha
+    return SeedVariance(pooled, tau2, df, len(samples), p, alpha)
+
+
+def row_estimates(
+    rows: Sequence[Sequence[Sequence[float]]],
+    confidence: float = 0.95,
+    alpha: float = HOMOGENEITY_ALPHA,
+) -> list[Estimate]:
     """Each row's estimate: ``rows[l][s]`` are row l's repetition values under search seed s.
 
     Rows with one seed get :func:`training_estimate`; rows with several get the mean of their
-    seed means with variance pooled tau^2 / S_l on the pooled degrees of freedom.
+    seed means with variance tau^2 / S_l: the pooled tau^2 on the pooled degrees of freedom, or,
+    when :func:`seed_variance` rejects equal seed variances at ``alpha``, the row's own on S_l - 1.
     """
-    tau2, df = pooled_seed_variance(rows)
+    model = seed_variance(rows, alpha)
     out = []
     for groups in rows:
         groups = [g for g in groups if len(g)]
         if len(groups) <= 1:
             out.append(training_estimate(groups[0] if groups else [], confidence))
             continue
-        means = seed_means(groups)
+        means = np.asarray(seed_means(groups))
+        if model.pooled or not np.isfinite(means).all():
+            tau2, df = model.tau2, float(model.df)
+        else:
+            tau2, df = float(means.var(ddof=1)), float(means.size - 1)
         out.append(
             Estimate(
-                float(np.mean(means)),
+                float(means.mean()),
                 tau2 / len(means),
-                float(df),
+                df,
                 len(means),
                 sum(len(g) for g in groups),
                 SCOPE_BOTH,
                 confidence,
-                pooled=True,
+                pooled=model.pooled,
             )
         )
     return out
