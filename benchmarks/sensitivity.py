@@ -255,7 +255,7 @@ class TauModel:
         if v.pooled:
             return (
                 f"Pooled seed-mean variance: tau = {100 * math.sqrt(v.tau2):.2f} points on {v.df} degrees"
-                f" of freedom{borrowed} ({v.describe()})."
+                f" of freedom{borrowed} ({v.test()}: equal seed spreads not rejected)."
             )
         own = ", ".join(f"{loss} {100 * math.sqrt(t):.2f} ({df} df)" for loss, (t, df) in self.own.items())
         lone = [loss for loss in FAMILIES if loss not in self.own]

@@ -152,10 +152,14 @@ class SeedVariance:
         """What the rows' intervals use, with the test behind it (for footers)."""
         if self.rows < 2:
             return f"{self.rows} multi-seed row(s), nothing to pool"
-        test = f"Bartlett's p = {self.p_equal:.2g} over {self.rows} rows, α = {self.alpha:g}"
+        test = self.test()
         if self.pooled:
             return f"pooled ({test}: equal seed variances not rejected)"
         return f"each row's own, S − 1 df ({test}: the rows' seed spreads differ)"
+
+    def test(self) -> str:
+        """The test behind the choice: ``Bartlett's p = 0.33 over 6 rows, α = 0.05``."""
+        return f"Bartlett's p = {self.p_equal:.2g} over {self.rows} rows, α = {self.alpha:g}"
 
     def short(self) -> str:
         """:meth:`describe` in a few words (``pooled, p = 0.33`` / ``own, p = 0.0002``)."""
