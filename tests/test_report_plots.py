@@ -211,7 +211,8 @@ def test_importance_skips_and_quantile() -> None:
 
 def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
     """Rendered from the repository's own records (21 losses): the labels' text boxes are pairwise
-    disjoint, each has a leader line to its point, and only the Pareto front is labelled."""
+    disjoint, cover no marker, each has a leader line to its point, and only the Pareto front is
+    labelled."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Annotation, Text
 
@@ -236,6 +237,16 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
         for i in range(len(boxes)):
             for j in range(i):
                 assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+        # No label covers a marker's centre (either mode's), so every point stays visible.
+        centres = [
+            xy
+            for line in ax.lines
+            if line.get_marker() not in (None, "None", "")
+            for xy in ax.transData.transform(line.get_xydata())
+        ]
+        assert len(centres) >= 2 * len(texts)
+        for t, box in zip(texts, boxes, strict=True):
+            assert not any(box.contains(x, y) for x, y in centres), (dataset, t.get_text())
         assert "fold epochs" in ax.get_xlabel()
 
 

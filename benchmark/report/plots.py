@@ -355,6 +355,48 @@ def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> 
             return
 
 
+#: Where a label may sit relative to its point (offset in points, horizontal alignment), in the
+#: order tried: right, left, then above and below on either side.
+LABEL_SPOTS = (
+    ((6, -3), "left"),
+    ((-6, -3), "right"),
+    ((6, 6), "left"),
+    ((-6, 6), "right"),
+    ((6, -12), "left"),
+    ((-6, -12), "right"),
+)
+
+
+def place_labels(fig: Figure, ax: Any, texts: Sequence[Any], points: Sequence[tuple[float, float]]) -> None:
+    """Put each annotation at the first of :data:`LABEL_SPOTS` where its text box stays inside the
+    axes and covers no marker at ``points`` (data coordinates) and no label placed before it;
+    a label with no such spot keeps the first (:func:`separate_labels` then parts the labels)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.transforms import Bbox
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    r = 5.0 * fig.dpi / 72.0  # a marker's half-width in pixels (markers are about 6 pt wide)
+    markers = [
+        Bbox.from_extents(x - r, y - r, x + r, y + r) for x, y in ax.transData.transform(np.asarray(points))
+    ]
+    frame = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    for t in texts:
+        for offset, ha in LABEL_SPOTS:
+            t.xyann = offset
+            t.set_horizontalalignment(ha)
+            box = Text.get_window_extent(t, renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(b) for b in (*markers, *placed)):
+                break
+        else:
+            t.xyann = LABEL_SPOTS[0][0]
+            t.set_horizontalalignment(LABEL_SPOTS[0][1])
+        placed.append(Text.get_window_extent(t, renderer))
+
+
 def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log: Log) -> Figure | None:
     """Test ``metric`` per leaderboard row (seeds folded: mean ± the row's interval, both modes)
     against the fold epochs the row's records trained per seed (search + test stages, mean over
@@ -408,6 +450,8 @@ def plot_wall_time(records: Sequence[RecordLike], metric: str, budget: str, log:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")  # never over a point: a one-row board put its point under it
+    points = [(x, 100 * row.cells[(mode, metric)][0]) for row, x in chosen for mode, _ in MODES]
+    place_labels(fig, ax, texts, [(x, y) for x, y in points if not math.isnan(y)])
     separate_labels(fig, texts)
     return fig
 
