@@ -157,7 +157,7 @@ def test_plan_says_when_the_losses_seed_spreads_differ() -> None:
     comps = components(recs, "separated", "map_at_r")
     assert comps.seed_model is not None and not comps.seed_model.pooled
     text = render("glyphs", "mini", "separated", "map_at_r", comps, plan(comps, 0.05), 1)
-    assert "The losses' seed spreads differ (each row's own" in text and "optimistic" in text
+    assert "The losses' seed spreads differ (Bartlett's p = " in text and "optimistic" in text
     calm = components(recs[3:], "separated", "map_at_r")  # ms alone: nothing to compare
     assert calm.seed_model is not None and calm.seed_model.pooled
     assert "seed spreads differ" not in render(

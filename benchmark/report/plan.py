@@ -133,9 +133,10 @@ def render(
         )
         if c.seed_model is not None and not c.seed_model.pooled:
             lines.append(
-                f"The losses' seed spreads differ ({c.seed_model.describe()}): the leaderboard gives "
+                f"The losses' seed spreads differ ({c.seed_model.test()}): the leaderboard gives "
                 "each multi-seed row its own seed variance, and this pooled σ_a describes no single "
-                "loss; for a loss whose spread above is wider, this plan is optimistic."
+                "loss; the plan is optimistic for a loss whose spread above is wider, pessimistic "
+                "for one whose spread is narrower."
             )
     lines += [
         "",
