@@ -237,11 +237,12 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
         for i in range(len(boxes)):
             for j in range(i):
                 assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
-        # No label covers a marker's centre (either mode's), so every point stays visible.
+        # No label covers a point's marker centre (either mode's: "o" and "s"; the errorbar caps
+        # are markers too, "_", and may be covered), so every point stays visible.
         centres = [
             xy
             for line in ax.lines
-            if line.get_marker() not in (None, "None", "")
+            if line.get_marker() in ("o", "s")
             for xy in ax.transData.transform(line.get_xydata())
         ]
         assert len(centres) >= 2 * len(texts)

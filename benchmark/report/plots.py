@@ -356,21 +356,21 @@ def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> 
 
 
 #: Where a label may sit relative to its point (offset in points, horizontal alignment), in the
-#: order tried: right, left, then above and below on either side.
+#: order tried: right, left, then ever further above and below on either side, then centred.
 LABEL_SPOTS = (
     ((6, -3), "left"),
     ((-6, -3), "right"),
-    ((6, 6), "left"),
-    ((-6, 6), "right"),
-    ((6, -12), "left"),
-    ((-6, -12), "right"),
+    *(((dx, dy), ha) for dy in (6, -12, 14, -20, 22, -28) for dx, ha in ((6, "left"), (-6, "right"))),
+    ((0, 8), "center"),
+    ((0, -16), "center"),
 )
 
 
 def place_labels(fig: Figure, ax: Any, texts: Sequence[Any], points: Sequence[tuple[float, float]]) -> None:
     """Put each annotation at the first of :data:`LABEL_SPOTS` where its text box stays inside the
-    axes and covers no marker at ``points`` (data coordinates) and no label placed before it;
-    a label with no such spot keeps the first (:func:`separate_labels` then parts the labels)."""
+    axes and covers no marker at ``points`` (data coordinates) and no label placed before it; with
+    no such spot, at the one inside the axes that clears the earlier labels and covers the fewest
+    markers (:func:`separate_labels` then parts any labels still touching)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.transforms import Bbox
 
@@ -384,16 +384,20 @@ def place_labels(fig: Figure, ax: Any, texts: Sequence[Any], points: Sequence[tu
     frame = ax.get_window_extent(renderer)
     placed: list[Any] = []
     for t in texts:
-        for offset, ha in LABEL_SPOTS:
+        scored = []
+        for k, (offset, ha) in enumerate(LABEL_SPOTS):
             t.xyann = offset
             t.set_horizontalalignment(ha)
             box = Text.get_window_extent(t, renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
-            if inside and not any(box.overlaps(b) for b in (*markers, *placed)):
+            # Sort key: outside the axes or on a label last, then the markers covered, then the order.
+            clash = not inside or any(box.overlaps(b) for b in placed)
+            scored.append((clash, sum(box.overlaps(m) for m in markers), k))
+            if scored[-1][:2] == (False, 0):
                 break
-        else:
-            t.xyann = LABEL_SPOTS[0][0]
-            t.set_horizontalalignment(LABEL_SPOTS[0][1])
+        offset, ha = LABEL_SPOTS[min(scored)[2]]
+        t.xyann = offset
+        t.set_horizontalalignment(ha)
         placed.append(Text.get_window_extent(t, renderer))
 
 
