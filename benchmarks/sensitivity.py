@@ -106,8 +106,8 @@ from benchmark.stats.seeds import (  # noqa: E402
     SeedVariance,
     contrast,
     difference,
+    own_seed_variance,
     pooled_within_variance,
-    seed_means,
     seed_variance,
 )
 
@@ -271,12 +271,7 @@ class TauModel:
 def tau_model(mode: str) -> TauModel:
     """The :class:`TauModel` of ``mode`` from the earlier :data:`TAU_DATASET` ``mini`` rows."""
     groups = {loss: load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES}
-    own = {}
-    for loss, g in groups.items():
-        means = seed_means(g)
-        if len(means) >= 2:
-            m = sum(means) / len(means)
-            own[loss] = (sum((x - m) ** 2 for x in means) / (len(means) - 1), len(means) - 1)
+    own = {loss: v for loss, g in groups.items() if (v := own_seed_variance(g)) is not None}
     return TauModel(seed_variance(list(groups.values())), own)
 
 

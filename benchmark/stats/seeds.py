@@ -168,6 +168,15 @@ class SeedVariance:
         return f"{'pooled' if self.pooled else 'own'}, p = {self.p_equal:.2g}"
 
 
+def own_seed_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """One row's own tau^2 (the variance of its seed means) and its S - 1 degrees of freedom;
+    None without two seeds or with a non-finite seed mean."""
+    means = np.asarray(seed_means(groups))
+    if means.size < 2 or not np.isfinite(means).all():
+        return None
+    return float(means.var(ddof=1)), int(means.size - 1)
+
+
 def equal_variance_p(samples: Sequence[np.ndarray]) -> float:
     """Bartlett's p-value for equal variances of ``samples`` (each >= 2 values); NaN for fewer
     than 2 samples. Samples without spread: 1 when none has any, 0 when only some have none
@@ -215,10 +224,8 @@ def row_estimates(
             out.append(training_estimate(groups[0] if groups else [], confidence))
             continue
         means = np.asarray(seed_means(groups))
-        if model.pooled or not np.isfinite(means).all():
-            tau2, df = model.tau2, float(model.df)
-        else:
-            tau2, df = float(means.var(ddof=1)), float(means.size - 1)
+        own = None if model.pooled else own_seed_variance(groups)
+        tau2, df = (model.tau2, float(model.df)) if own is None else (own[0], float(own[1]))
         out.append(
             Estimate(
                 float(means.mean()),
