@@ -922,7 +922,8 @@ VALUES_NOTE = (
 TIERS_NOTE = (
     f"Bold: the best mean of the column and every loss not significantly different from it; "
     f"Group: compact letters of the first column, losses sharing a letter are not significantly "
-    f"different. Tests: t-tests between rows (Welch's on one-seed rows), Holm-adjusted over all "
+    f"different. Tests: t-tests between rows (Welch's on one-seed rows and on rows with their own "
+    f"seed variance), Holm-adjusted over all "
     f"pairs of the column, α = {TIER_ALPHA:g} (docs/protocols.md §4.6). Not significantly "
     f"different is not equal: a row with a wide interval can share the best's tier while a "
     f"narrower row with a higher mean does not. Rows are sorted by the first column."
