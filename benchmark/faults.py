@@ -15,6 +15,7 @@ ENV = "DMLBENCH_KILL_AT"
 
 KILL_POINTS = (
     "search.trial_told:{trial number}",  # a trial's result is in the study, the next is not asked yet
+    "search.fold_done:{trial number}:{fold}",  # a search fold's result is in, its trial is not told yet
     "test.fold_saved:{rep}:{fold}",  # a test fold's embeddings are saved, the rep is not evaluated yet
     "test.folds_saved:{rep}",  # every fold of the rep is saved (or was, before a resume), not evaluated yet
     "test.rep_saved:{rep}",  # a test repetition's result file is written
@@ -25,13 +26,15 @@ KILL_POINTS = (
 
 
 #: ``INT`` sends SIGINT instead (an interrupt the process can clean up after, as Ctrl-C), ``TERM``
-#: SIGTERM (what a batch scheduler or ``kill`` sends).
+#: SIGTERM (what a batch scheduler or ``kill`` sends), ``STOP`` SIGSTOP: the process freezes at the
+#: point, so a test can act on a known state from outside (kill it while its fold workers train)
+#: instead of polling for that state and racing a fast machine past it.
 SIGNAL_ENV = "DMLBENCH_KILL_SIGNAL"
-SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM}
+SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
 
 
 def kill_point(name: str) -> None:
-    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT or SIGTERM with
-    ``DMLBENCH_KILL_SIGNAL=INT`` or ``TERM``)."""
+    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT, SIGTERM or SIGSTOP with
+    ``DMLBENCH_KILL_SIGNAL=INT``, ``TERM`` or ``STOP``)."""
     if os.environ.get(ENV) == name:
         os.kill(os.getpid(), SIGNALS.get(os.environ.get(SIGNAL_ENV, ""), signal.SIGKILL))

@@ -331,6 +331,7 @@ class SearchStage:
             number, fold = outcome.task.group, outcome.task.fold
             trial, i = trials[number]
             finished[number] += 1
+            kill_point(f"search.fold_done:{number}:{fold}")
             if outcome.failure is not None:
                 failures.setdefault(number, outcome.failure)
             else:
