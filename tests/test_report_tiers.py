@@ -155,11 +155,11 @@ def test_plan_says_when_the_losses_seed_spreads_differ() -> None:
             per_rep = {"separated": {"map_at_r": [m - 0.001, m, m + 0.001]}}
             recs.append(_typed(run_record(loss, f"{loss}{seed}", per_rep=per_rep, seed=seed)))
     comps = components(recs, "separated", "map_at_r")
-    assert comps.seed_model is not None and not comps.seed_model.pooled
+    assert not comps.seed_model.pooled
     text = render("glyphs", "mini", "separated", "map_at_r", comps, plan(comps, 0.05), 1)
     assert "The losses' seed spreads differ (Bartlett's p = " in text and "optimistic" in text
     calm = components(recs[3:], "separated", "map_at_r")  # ms alone: nothing to compare
-    assert calm.seed_model is not None and calm.seed_model.pooled
+    assert calm.seed_model.pooled
     assert "seed spreads differ" not in render(
         "glyphs", "mini", "separated", "map_at_r", calm, plan(calm, 0.05), 1
     )

@@ -37,13 +37,22 @@ class Components:
 
     sigma_e2: float
     df_e: int
-    tau2: float  # NaN without a multi-seed loss
-    df_tau: int
     reps: int
     #: Per loss with several seeds: the standard deviation of its seed means.
     seed_sd: dict[str, float]
-    #: The leaderboard's test of equal seed spreads across those losses (None: not computed).
-    seed_model: SeedVariance | None = None
+    #: The leaderboard's seed-variance model of the column: its pooled tau^2 and df, and its test
+    #: of equal seed spreads across the multi-seed losses.
+    seed_model: SeedVariance
+
+    @property
+    def tau2(self) -> float:
+        """The pooled seed-mean variance (NaN without a multi-seed loss)."""
+        return self.seed_model.tau2
+
+    @property
+    def df_tau(self) -> int:
+        """Degrees of freedom of :attr:`tau2`."""
+        return self.seed_model.df
 
     @property
     def sigma_a2(self) -> float:
@@ -68,10 +77,9 @@ def components(records: Sequence[RecordLike], mode: str, metric: str) -> Compone
     groups_all = [g for groups in rows.values() for g in groups]
     sigma_e2, df_e = pooled_within_variance(groups_all)
     model = seed_variance(list(rows.values()))
-    tau2, df_t = model.tau2, model.df
     seed_sd = {loss: float(np.std(seed_means(g), ddof=1)) for loss, g in rows.items() if len(g) >= 2}
     r_typical = int(np.median([len(g) for g in groups_all])) if groups_all else 0
-    return Components(sigma_e2, df_e, tau2, df_t, r_typical, seed_sd, model)
+    return Components(sigma_e2, df_e, r_typical, seed_sd, model)
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,7 @@ def render(
             + ", ".join(f"{k} {pts * v:.2f}" for k, v in c.seed_sd.items())
             + "."
         )
-        if c.seed_model is not None and not c.seed_model.pooled:
+        if not c.seed_model.pooled:
             lines.append(
                 f"The losses' seed spreads differ ({c.seed_model.test()}): the leaderboard gives "
                 "each multi-seed row its own seed variance, and this pooled σ_a describes no single "
