@@ -209,12 +209,63 @@ def test_importance_skips_and_quantile() -> None:
     assert training_wall_s({"timings_s": {"search": 1.0}}) is None
 
 
+def _label_boxes(fig: Figure, texts: list[Any]) -> list[Any]:
+    """The labels' own text boxes in pixels (an annotation's extent would include its leader line)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    canvas = FigureCanvasAgg(fig)
+    # matplotlib's backend_agg is unannotated (as in benchmark.report.plots.separate_labels).
+    canvas.draw()  # type: ignore[no-untyped-call]
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    return [Text.get_window_extent(t, renderer) for t in texts]
+
+
+def test_place_labels_moves_labels_off_markers_and_each_other() -> None:
+    """Five points in a row, closer than their labels are long: at the default spot (right of the
+    point) each label covers its neighbour's marker; placed, none covers a marker or another
+    label, and all stay inside the axes. Synthetic, so it does not depend on the committed boards."""
+    from benchmark.report.plots import place_labels
+
+    fig = Figure(figsize=(7, 5), layout="constrained")
+    ax = fig.add_subplot()
+    points = [(float(x), 0.0) for x in range(1, 6)]
+    ax.plot([x for x, _ in points], [y for _, y in points], "o")
+    ax.set_xlim(0, 6)
+    ax.set_ylim(-1, 1)
+    texts = [
+        ax.annotate(
+            f"a label wider than the gap {i}",
+            xy,
+            textcoords="offset points",
+            xytext=(6, -3),
+            ha="left",
+            fontsize="x-small",
+            arrowprops={"arrowstyle": "-"},
+        )
+        for i, xy in enumerate(points)
+    ]
+
+    def markers_covered() -> int:
+        boxes = _label_boxes(fig, texts)  # drawn first: the layout moves the axes
+        centres = ax.transData.transform(np.asarray(points))
+        return sum(any(box.contains(x, y) for x, y in centres) for box in boxes)
+
+    assert markers_covered() >= 3, "the layout does not test anything: labels miss the markers anyway"
+    place_labels(fig, ax, texts, points)
+    assert markers_covered() == 0
+    boxes = _label_boxes(fig, texts)
+    frame = ax.get_window_extent()
+    for i, box in enumerate(boxes):
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        assert not any(box.overlaps(b) for b in boxes[:i]), texts[i].get_text()
+
+
 def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
     """Rendered from the repository's own records (21 losses): the labels' text boxes are pairwise
     disjoint, cover no marker, each has a leader line to its point, and only the Pareto front is
     labelled."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Annotation, Text
+    from matplotlib.text import Annotation
 
     from benchmark.report.leaderboard import load_records
     from benchmark.report.plots import plot_wall_time
@@ -223,15 +274,10 @@ def test_wall_time_labels_never_overlap_on_the_committed_boards() -> None:
     for dataset in ("glyphs", "omniglot"):
         fig = plot_wall_time(load_records(results, dataset, "mlrc"), "map_at_r", "mini", lambda _: None)
         assert fig is not None
-        canvas = FigureCanvasAgg(fig)
-        # matplotlib's backend_agg is unannotated (as in benchmark.report.plots.separate_labels).
-        canvas.draw()  # type: ignore[no-untyped-call]
-        renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
         (ax,) = fig.axes
         texts = [t for t in ax.texts if t.get_text()]
         assert texts, "the Pareto front is labelled"
-        # The labels' own text boxes (an annotation's extent would include its leader line).
-        boxes = [Text.get_window_extent(t, renderer) for t in texts]
+        boxes = _label_boxes(fig, texts)
         # A label moved off its point keeps a line back to it.
         assert all(isinstance(t, Annotation) and t.arrow_patch is not None for t in texts)
         for i in range(len(boxes)):
