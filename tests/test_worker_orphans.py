@@ -71,6 +71,15 @@ def alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (SIGSTOP)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tT" in status
+
+
 def children(pid: int) -> list[int]:
     """Pids of the live processes whose parent is ``pid`` (from /proc)."""
     out = []
@@ -195,30 +204,31 @@ def test_every_worker_process_of_the_package_is_guarded() -> None:
 
 @pytest.mark.slow
 def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, cache_dir: Path) -> None:
-    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    # The main process freezes itself once the first search fold is in (DMLBENCH_KILL_SIGNAL=STOP):
+    # the kill then lands while the pool trains the other folds on any machine. A sleep of 8 s,
+    # then 2 s, after the pool started raced the smoke run's end on a fast, unloaded CI.
+    env = {
+        **os.environ,
+        "DMLBENCH_CACHE": str(cache_dir),
+        "DMLBENCH_KILL_AT": "search.fold_done:0:0",
+        "DMLBENCH_KILL_SIGNAL": "STOP",
+    }
     cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--loss", "contrastive", "--budget", "smoke"]
     cmd += ["--quiet", "--jobs", "2", "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "r")]
     main = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     everyone: list[int] = []
     try:
         deadline = time.monotonic() + 300
-        workers: list[int] = []
-        while len(workers) < 2 and main.poll() is None and time.monotonic() < deadline:
-            workers = [
-                p for p in children(main.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
-            ]
-            time.sleep(0.5)
-        assert len(workers) >= 2 and main.poll() is None, "the fold pool never started"
-        # Kill while the fold pool works. 8 s here once let an unloaded CI's smoke training end and
-        # the kill land in the figure saving (whose workers then survived, the bug of the idle-pool
-        # test above); the workers may still be importing at 2 s, which the guard covers too.
-        time.sleep(2)
-        assert main.poll() is None, "the run ended before it could be killed"
+        while not stopped(main.pid) and main.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stopped(main.pid), f"the run never reached its stop point (exit code {main.poll()})"
+        workers = [p for p in children(main.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) >= 2, "the fold pool is not running"
         everyone = children(main.pid)  # the pool's workers and multiprocessing's resource tracker
         main.send_signal(signal.SIGKILL)  # the main process only, not its process group
         main.wait()
-        # An armed worker dies at once (the tests above); a worker is armed before it imports torch,
-        # so only one still starting Python when the parent died has to reach that point first.
+        # An armed worker dies at once (the tests above); a worker the pool was still starting
+        # (replacing one) is armed before it imports torch, so it dies on reaching that point.
         survivors = wait_gone(everyone, 120.0)
         assert survivors == [], (
             f"still alive 120 s after the parent was killed: {[describe(p) for p in survivors]}"
