@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -28,3 +29,28 @@ def default_sigint() -> None:
     that (a CI runner may do this), so a test that interrupts a run would otherwise do nothing.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_at(point: str) -> dict[str, str]:
+    """Environment that makes a run freeze itself (SIGSTOP) at kill point ``point``
+    (:mod:`benchmark.faults`), so a test acts on a known state instead of racing the run to it."""
+    return {"DMLBENCH_KILL_AT": point, "DMLBENCH_KILL_SIGNAL": "STOP"}
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until_stopped(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 300) -> None:
+    """Return once ``proc`` froze at its stop point; fail if it ended or ``timeout`` s passed first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if stopped(proc.pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run never reached its stop point (exit code {proc.poll()})")

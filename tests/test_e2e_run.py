@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 import pytest
-from cli_helpers import default_sigint, dmlbench
+from cli_helpers import default_sigint, dmlbench, stop_at, wait_until_stopped
 from conftest import load_benchmark_script
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -185,29 +185,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_until_stopped(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the run froze itself at its stop point (False: it ended, or 300 s passed).
-
-    The run stops itself (``DMLBENCH_KILL_SIGNAL=STOP``) rather than the test stopping it when the
-    journal looks right: polled from outside, a fast machine finished the watched trials between a
-    read and the stop, and the test found no mid-trial moment at all (CI at a6c4073).
-    """
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if _stopped(proc.pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path, cache_dir: Path) -> None:
     out, results = tmp_path / "runs", tmp_path / "results"
     args = [
@@ -224,14 +201,10 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
         "--results-dir",
         str(results),
     ]
-    # Trial 2's first fold to report is in and trial 2 is not told: the run freezes there, with
-    # trials 0-1 complete, trial 2 running with its parameters and its other folds training.
-    env = {
-        **os.environ,
-        "DMLBENCH_CACHE": str(cache_dir),
-        "DMLBENCH_KILL_AT": "search.fold_done:2:0",
-        "DMLBENCH_KILL_SIGNAL": "STOP",
-    }
+    # Trial 2's fold 0 is in and trial 2 is not told: the run freezes there, with trials 0-1
+    # complete, trial 2 running with its parameters and its other folds training. (Polled from
+    # outside, a fast CI machine finished trials 2-3 between a journal read and a SIGSTOP.)
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir), **stop_at("search.fold_done:2:0")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmark.cli.main", *args],
         env=env,
@@ -239,7 +212,7 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert _wait_until_stopped(proc), f"run never reached its stop point (exit code {proc.poll()})"
+        wait_until_stopped(proc)
         children = _children(proc.pid)
         assert children, "expected fold worker processes"
     finally:

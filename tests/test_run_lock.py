@@ -8,10 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import stop_at, wait_until_stopped
 from test_kill_points import ARGS, comparable, dmlbench, record
 
 from benchmark.protocol import run_lock
@@ -71,29 +71,31 @@ def test_the_lock_is_reentrant_within_a_process_and_released_by_the_last_release
 def test_two_processes_on_one_run_dir_one_runs_the_other_exits_2_at_once(
     tmp_path: Path, cache_dir: Path
 ) -> None:
-    def start(root: Path) -> subprocess.Popen[str]:
-        env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir)}
+    def start(root: Path, **extra: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir), **extra}
         out = ["--out", str(root / "runs"), "--results-dir", str(root / "results")]
         cmd = [sys.executable, "-m", "benchmark.cli.main", *ARGS, *out]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
     root = tmp_path / "shared"
-    a = start(root)
-    deadline = time.monotonic() + 300
-    locks: list[Path] = []
-    while not locks and a.poll() is None and time.monotonic() < deadline:
-        locks = list((root / "runs").rglob(run_lock.LOCK_NAME))
-        time.sleep(0.2)
-    assert locks and a.poll() is None, "the first process never locked its run directory"
+    # The first process freezes itself after its first trial, holding the lock, so the second
+    # meets a run in progress however fast the machine finishes this tiny run.
+    a = start(root, **stop_at("search.trial_told:0"))
+    wait_until_stopped(a)
+    assert list((root / "runs").rglob(run_lock.LOCK_NAME)), "the first process holds no run-dir lock"
     b = start(root)
-    _, b_err = b.communicate(timeout=300)
-    a_still_running = a.poll() is None
+    try:
+        _, b_err = b.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        b.kill()
+        pytest.fail("the second process waited for the first instead of stopping at once")
+    finally:
+        a.send_signal(signal.SIGCONT)
     _, a_err = a.communicate(timeout=600)
     print(f"second process: exit {b.returncode}, stderr: {b_err.strip()}")
     assert b.returncode == 2, b_err[-3000:]
     assert f"is in use by another dmlbench process (pid {a.pid} on host {socket.gethostname()}" in b_err
     assert "Traceback" not in b_err
-    assert a_still_running, "the second process waited for the first instead of stopping at once"
     assert a.returncode == 0, a_err[-3000:]
     reference = dmlbench(tmp_path / "reference", cache_dir)
     assert reference.returncode == 0, reference.stderr[-3000:]

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import stop_at, wait_until_stopped
 
 GRANDCHILD = """
 import time
@@ -69,15 +70,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return "\nState:\tZ" not in status
-
-
-def stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped by a signal (SIGSTOP)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return "\nState:\tT" in status
 
 
 def children(pid: int) -> list[int]:
@@ -207,21 +199,13 @@ def test_fold_workers_exit_when_only_the_main_process_is_killed(tmp_path: Path, 
     # The main process freezes itself once the first search fold is in (DMLBENCH_KILL_SIGNAL=STOP):
     # the kill then lands while the pool trains the other folds on any machine. A sleep of 8 s,
     # then 2 s, after the pool started raced the smoke run's end on a fast, unloaded CI.
-    env = {
-        **os.environ,
-        "DMLBENCH_CACHE": str(cache_dir),
-        "DMLBENCH_KILL_AT": "search.fold_done:0:0",
-        "DMLBENCH_KILL_SIGNAL": "STOP",
-    }
+    env = {**os.environ, "DMLBENCH_CACHE": str(cache_dir), **stop_at("search.fold_done:0:0")}
     cmd = [sys.executable, "-m", "benchmark.cli.main", "run", "--loss", "contrastive", "--budget", "smoke"]
     cmd += ["--quiet", "--jobs", "2", "--out", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "r")]
     main = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     everyone: list[int] = []
     try:
-        deadline = time.monotonic() + 300
-        while not stopped(main.pid) and main.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert stopped(main.pid), f"the run never reached its stop point (exit code {main.poll()})"
+        wait_until_stopped(main)
         workers = [p for p in children(main.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(workers) >= 2, "the fold pool is not running"
         everyone = children(main.pid)  # the pool's workers and multiprocessing's resource tracker
