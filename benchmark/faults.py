@@ -3,11 +3,14 @@
 Setting ``DMLBENCH_KILL_AT=<point>`` makes the process SIGKILL itself when it reaches ``<point>``
 (no cleanup, no ``finally`` blocks, no flushed buffers: the same as ``kill -9`` at that moment).
 Points are listed in :data:`KILL_POINTS`; a point with ``{...}`` fields names a specific trial, repetition,
-fold or file. Unset, a kill point costs one dictionary lookup.
+fold or file. The variable may be a shell-style pattern (``search.fold_done:*``: the first fold any
+trial finishes), for a test that cannot know which trial a process gets (workers sharing one study).
+Unset, a kill point costs one dictionary lookup.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
 
@@ -34,7 +37,8 @@ SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
 
 
 def kill_point(name: str) -> None:
-    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals ``name`` (SIGINT, SIGTERM or SIGSTOP with
-    ``DMLBENCH_KILL_SIGNAL=INT``, ``TERM`` or ``STOP``)."""
-    if os.environ.get(ENV) == name:
+    """SIGKILL this process if ``DMLBENCH_KILL_AT`` equals or matches ``name`` (SIGINT, SIGTERM or
+    SIGSTOP with ``DMLBENCH_KILL_SIGNAL=INT``, ``TERM`` or ``STOP``)."""
+    at = os.environ.get(ENV)
+    if at is not None and fnmatch.fnmatchcase(name, at):
         os.kill(os.getpid(), SIGNALS.get(os.environ.get(SIGNAL_ENV, ""), signal.SIGKILL))

@@ -18,6 +18,7 @@ from typing import Any
 
 import optuna
 import pytest
+from cli_helpers import stop_at, wait_until_stopped
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -403,23 +404,24 @@ def test_postgres_workers_share_one_study_and_retry_a_killed_workers_trial(
     t0 = time.perf_counter()
     env = _env(cache_dir)
 
-    def start(name: str) -> subprocess.Popen[str]:
+    def start(name: str, **extra: str) -> subprocess.Popen[str]:
         args = ["run", "--loss", "contrastive", *TINY, "--set", "search.n_trials=4", "--jobs", "1"]
         args += ["--storage", postgres_url, "--heartbeat", "1"]
         args += ["--out", str(tmp_path / name / "runs"), "--results-dir", str(tmp_path / name / "results")]
         log = (tmp_path / f"{name}.log").open("w")
-        return subprocess.Popen(_cmd(*args), env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            _cmd(*args), env={**env, **extra}, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
 
-    a, b = start("a"), start("b")
-    victim = None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and a.poll() is None:
-        running = [t for t in _rdb_trials(postgres_url) if t.state == TrialState.RUNNING and t.params]
-        if len(running) >= 2 or (running and b.poll() is not None):
-            victim = running  # both workers are training a trial; A holds one of them
-            break
-        time.sleep(0.3)
-    assert victim, "never saw a running trial with parameters: " + (tmp_path / "a.log").read_text()[-2000:]
+    # A freezes once a fold of whichever trial it got is in, that trial not yet told (polling the
+    # database for a running trial, then killing, could race A to the end of that trial).
+    a, b = start("a", **stop_at("search.fold_done:*")), start("b")
+    try:
+        wait_until_stopped(a)
+    except AssertionError:
+        raise AssertionError((tmp_path / "a.log").read_text()[-2000:]) from None
+    victim = [t for t in _rdb_trials(postgres_url) if t.state == TrialState.RUNNING and t.params]
+    assert victim, "A stopped mid-trial, yet no running trial has parameters"
     a.send_signal(signal.SIGKILL)
     a.wait()
     a2 = start("a2")
