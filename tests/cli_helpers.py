@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmark import faults
+
 
 def dmlbench(*args: str, cache: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     """``dmlbench ARGS`` in a new process with ``DMLBENCH_CACHE=cache``; output captured as text."""
@@ -34,7 +36,7 @@ def default_sigint() -> None:
 def stop_at(point: str) -> dict[str, str]:
     """Environment that makes a run freeze itself (SIGSTOP) at kill point ``point``
     (:mod:`benchmark.faults`), so a test acts on a known state instead of racing the run to it."""
-    return {"DMLBENCH_KILL_AT": point, "DMLBENCH_KILL_SIGNAL": "STOP"}
+    return {faults.ENV: point, faults.SIGNAL_ENV: "STOP"}
 
 
 def stopped(pid: int) -> bool:
