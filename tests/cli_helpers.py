@@ -56,3 +56,26 @@ def wait_until_stopped(proc: subprocess.Popen[bytes] | subprocess.Popen[str], ti
             return
         time.sleep(0.05)
     raise AssertionError(f"the run never reached its stop point (exit code {proc.poll()})")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper is dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{pid}\n" in status and alive(int(entry.name)):
+                out.append(int(entry.name))
+    return out

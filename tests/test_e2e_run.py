@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 import pytest
-from cli_helpers import default_sigint, dmlbench, stop_at, wait_until_stopped
+from cli_helpers import alive, children, default_sigint, dmlbench, stop_at, wait_until_stopped
 from conftest import load_benchmark_script
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -172,19 +172,6 @@ def _trial_states(journal: Path) -> tuple[int, bool]:
     return complete, any(t.state == TrialState.RUNNING and t.params for t in trials)
 
 
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path, cache_dir: Path) -> None:
     out, results = tmp_path / "runs", tmp_path / "results"
     args = [
@@ -213,16 +200,16 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
     )
     try:
         wait_until_stopped(proc)
-        children = _children(proc.pid)
-        assert children, "expected fold worker processes"
+        workers = children(proc.pid)
+        assert workers, "expected fold worker processes"
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     # Workers notice their parent died and exit instead of training on as orphans.
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.2)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in workers if alive(pid)]
     (journal,) = out.glob("glyphs/mlrc/*/study.journal")
     killed_at, training = _trial_states(journal)
     assert (killed_at, training) == (2, True)
@@ -321,7 +308,7 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
             time.sleep(0.2)
         else:
             pytest.fail("the run ended or timed out before two folds were training:\n" + "".join(log)[-2000:])
-        children = _children(proc.pid)
+        workers = children(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         # Bounded only to turn a hang into a failure; a stop takes a few seconds.
         proc.wait(timeout=60)
@@ -334,6 +321,6 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
     assert "interrupted" in "".join(log).lower()
     # multiprocessing's resource tracker exits on its own once the parent is gone.
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.2)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in workers if alive(pid)]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import stop_at, wait_until_stopped
+from cli_helpers import alive, children, stop_at, wait_until_stopped
 
 GRANDCHILD = """
 import time
@@ -61,29 +61,6 @@ for future in [pool.submit(os.getpid) for _ in range(2)]:
 print("idle", flush=True)
 time.sleep(600)
 """
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie awaiting its reaper is dead)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return "\nState:\tZ" not in status
-
-
-def children(pid: int) -> list[int]:
-    """Pids of the live processes whose parent is ``pid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            if f"\nPPid:\t{pid}\n" in status and alive(int(entry.name)):
-                out.append(int(entry.name))
-    return out
 
 
 def wait_gone(pids: list[int], seconds: float) -> list[int]:
