@@ -411,6 +411,8 @@ def table(
     lines += [head, "|" + "---|" * (3 + len(variants))]
     var_est: dict[str, dict[str, Estimate]] = {v: {} for v in variants}
     p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
+    # Per passing cell, the largest change (either sign) its interval still allows.
+    allowed: dict[str, dict[str, float]] = {v: {} for v in variants}
     # Cells whose records differ from the reference's in an environment setting, by difference.
     env_cells: dict[str, dict[str, list[str]]] = {}
     for loss, family in FAMILIES.items():
@@ -428,6 +430,8 @@ def table(
             d = difference(est, base[loss])
             p_values[v][loss] = d.p
             lo, hi = d.interval()
+            if lo <= 0 <= hi:
+                allowed[v][loss] = max(-lo, hi)
             capped = "" if not any(n for n, _ in capped_folds(paths).values()) else " ‡"
             differs = environment_difference(paths, base_paths[loss])
             if differs:
@@ -445,7 +449,7 @@ def table(
     notes = (
         cap_lines
         if against is None
-        else [*cap_lines, "", *check_notes(mode, variants, against, p_values, dataset)]
+        else [*cap_lines, "", *check_notes(mode, variants, against, p_values, dataset, allowed)]
     )
     if set(base) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
@@ -540,16 +544,32 @@ def within_seed_sd(paths: Sequence[Path], mode: str) -> tuple[float, int]:
 
 
 def check_notes(
-    mode: str, variants: Sequence[str], against: str, p_values: dict[str, dict[str, float]], dataset: str
+    mode: str,
+    variants: Sequence[str],
+    against: str,
+    p_values: dict[str, dict[str, float]],
+    dataset: str,
+    allowed: dict[str, dict[str, float]],
 ) -> list[str]:
     """What the calibration check's table rests on: the tests behind its intervals, Holm-corrected
-    over the losses of the column, and whether the variants' repetition spread is ``mini``'s (the
+    over the losses of the column; what each pass still allows (``allowed``: loss -> the largest
+    change its interval contains); and whether the variants' repetition spread is ``mini``'s (the
     intervals borrow ``mini``'s seed variance because one variant seed cannot estimate its own)."""
     notes: list[str] = []
     for v in variants:
         losses = list(p_values[v])
         if not losses:
             continue
+        if allowed[v]:
+            # "0 inside" is the issue's rule, but a wide interval passes as easily as a small
+            # change: say how large a change each pass leaves possible, so a weak pass reads as one.
+            notes.append(
+                f"A pass of `{v}` (0 inside) still allows a change of up to, in points (either sign; the "
+                "interval's end farther from 0): "
+                + ", ".join(f"{loss} {100 * allowed[v][loss]:.2f}" for loss in losses if loss in allowed[v])
+                + ". A wider interval passes more easily, so a pass is only as strong as its number is small."
+            )
+            notes.append("")
         adjusted = dict(zip(losses, holm([p_values[v][loss] for loss in losses]), strict=True))
         below = [loss for loss in losses if adjusted[loss] < 0.05]
         plural = "" if len(losses) == 1 else "s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -437,3 +438,27 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
         "calibp10 contrastive (glyphs): the board's record is at this variant's settings"
         in capsys.readouterr().out
     )
+
+
+@pytest.mark.parametrize("mode", ["separated", "concatenated"])
+def test_each_pass_states_the_largest_change_its_interval_still_allows(mode: str) -> None:
+    """A cell with 0 inside its interval passes the check; the notes give, per passing loss, the
+    interval's end farther from 0 (|change| + half-width), and name no loss whose interval excludes 0."""
+    sens = _module()
+    lines = sens.table(mode, "m", ["calibp10x2"], against="calibp10")
+    (note,) = [line for line in lines if line.startswith("A pass of `calibp10x2`")]
+    stated = dict(item.rsplit(" ", 1) for item in note.split("): ", 1)[1].split(". ")[0].split(", "))
+    checked = 0
+    for loss in sens.FAMILIES:
+        (row,) = [line for line in lines if line.startswith(f"| {loss} |")]
+        cell = re.search(r"([+-]\d+\.\d+) ± (\d+\.\d+)( \(0 inside\))?", row.split(" | ")[-1])
+        if cell is None:  # not run
+            assert loss not in stated
+            continue
+        change, half, inside = float(cell[1]), float(cell[2]), cell[3] is not None
+        if inside:
+            assert float(stated[loss]) == pytest.approx(abs(change) + half, abs=0.011)
+            checked += 1
+        else:
+            assert loss not in stated
+    assert checked, "no passing cell in the committed calibration records"
