@@ -77,6 +77,9 @@ losses would be Holm-corrected over the table's cells). A cell whose records and
 were made in different environments (CPU kind or model, torch threads per fold: the leaderboard
 footer's ``ROW_ENVIRONMENT``) is marked ``§`` with a footnote naming both sides: its change also
 carries what that environment moves, which one seed per side cannot separate from the setting's.
+Against a reference variant with at least two seeds per loss on omniglot (``calibp10``: the board's
+records), each section also gives its cells with tau from that reference's own records, and names
+the cells whose verdict the choice of seed spread decides (:func:`other_source_notes`).
 """
 
 from __future__ import annotations
@@ -268,9 +271,16 @@ class TauModel:
         )
 
 
-def tau_model(mode: str) -> TauModel:
-    """The :class:`TauModel` of ``mode`` from the earlier :data:`TAU_DATASET` ``mini`` rows."""
-    groups = {loss: load_groups(mini_paths(TAU_DATASET, loss), mode) for loss in FAMILIES}
+def tau_model(mode: str, source: str | None = None) -> TauModel:
+    """The :class:`TauModel` of ``mode`` from the earlier :data:`TAU_DATASET` ``mini`` rows, or
+    from variant ``source``'s own :data:`TAU_DATASET` records."""
+    groups = {
+        loss: load_groups(
+            mini_paths(TAU_DATASET, loss) if source is None else variant_paths(source, TAU_DATASET, loss),
+            mode,
+        )
+        for loss in FAMILIES
+    }
     own = {loss: v for loss, g in groups.items() if (v := own_seed_variance(g)) is not None}
     return TauModel(seed_variance(list(groups.values())), own)
 
@@ -413,6 +423,8 @@ def table(
     p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
     # Per passing cell, the largest change (either sign) its interval still allows.
     allowed: dict[str, dict[str, float]] = {v: {} for v in variants}
+    # Per cell, its verdict ("0 inside" or not) on this table's tau, for the other-source check.
+    verdicts: dict[str, dict[str, bool]] = {v: {} for v in variants}
     # Cells whose records differ from the reference's in an environment setting, by difference.
     env_cells: dict[str, dict[str, list[str]]] = {}
     for loss, family in FAMILIES.items():
@@ -430,6 +442,7 @@ def table(
             d = difference(est, base[loss])
             p_values[v][loss] = d.p
             lo, hi = d.interval()
+            verdicts[v][loss] = lo <= 0 <= hi
             if lo <= 0 <= hi:
                 allowed[v][loss] = max(-lo, hi)
             capped = "" if not any(n for n, _ in capped_folds(paths).values()) else " ‡"
@@ -449,7 +462,12 @@ def table(
     notes = (
         cap_lines
         if against is None
-        else [*cap_lines, "", *check_notes(mode, variants, against, p_values, dataset, allowed)]
+        else [
+            *cap_lines,
+            "",
+            *check_notes(mode, variants, against, p_values, dataset, allowed),
+            *other_source_notes(mode, variants, against, dataset, verdicts),
+        ]
     )
     if set(base) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
@@ -598,6 +616,52 @@ def check_notes(
         f" the variance of a seed mean from the earlier {TAU_DATASET} `mini` rows; a variant whose"
         " repetitions spread much more than `mini`'s would have wider intervals than shown."
     )
+    return notes
+
+
+def other_source_notes(
+    mode: str, variants: Sequence[str], against: str, dataset: str, verdicts: dict[str, dict[str, bool]]
+) -> list[str]:
+    """Each cell again with tau from ``against``'s own :data:`TAU_DATASET` records (the reference's
+    settings rather than the earlier ``mini``'s), when each of the six losses has >= 2 seeds there,
+    naming the cells whose verdict (``verdicts``: 0 inside on the table's tau) changes."""
+    if any(len(variant_paths(against, TAU_DATASET, loss)) < 2 for loss in FAMILIES):
+        return []
+    # Which seed spread the intervals assume is itself a choice: with 2 df per loss it can decide
+    # a verdict, so the table shows the other defensible choice beside its own.
+    tau = tau_model(mode, source=against)
+    base = {
+        loss: seed_estimate(load_groups(variant_paths(against, dataset, loss), mode), *tau.of(loss))
+        for loss in FAMILIES
+        if variant_paths(against, dataset, loss)
+    }
+    notes: list[str] = []
+    for v in variants:
+        cells, changed = [], []
+        for loss, before in verdicts[v].items():
+            est = seed_estimate(load_groups(variant_paths(v, dataset, loss), mode), *tau.of(loss))
+            d = difference(est, base[loss])
+            lo, hi = d.interval()
+            inside = lo <= 0 <= hi
+            cells.append(f"{loss} {fmt(d.diff, (hi - lo) / 2)}{' (0 inside)' if inside else ''}")
+            if inside != before:
+                changed.append(loss)
+        if not cells:
+            continue
+        n = min(len(variant_paths(against, TAU_DATASET, loss)) for loss in FAMILIES)
+        notes += [
+            f"The same cells of `{v}` with tau from `{against}`'s own {TAU_DATASET} records instead "
+            f"(its settings, at least {n} seeds per loss; {tau.variance.describe()}): "
+            + ", ".join(cells)
+            + ". "
+            + (
+                f"The verdict changes for {', '.join(changed)}: it rests on seed spreads of a few degrees of "
+                "freedom, and more seeds on both sides would settle it."
+                if changed
+                else "No verdict changes."
+            ),
+            "",
+        ]
     return notes
 
 
