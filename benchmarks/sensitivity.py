@@ -781,6 +781,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             "docstring). A setting is",
             "budget-insensitive where 0 lies inside every loss's interval. A variant's records are its",
             "own runs and the board's records made at the same settings (`board_paths` in the script).",
+            "Under each table: how large a change each pass still allows and, where the reference has",
+            f"several seeds per loss on {TAU_DATASET}, the same cells with tau from those seeds instead,",
+            "naming any verdict that this choice of seed spread decides.",
         ]
     lines += [
         "",
