@@ -79,3 +79,11 @@ def children(pid: int) -> list[int]:
             if f"\nPPid:\t{pid}\n" in status and alive(int(entry.name)):
                 out.append(int(entry.name))
     return out
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """Wait up to ``seconds`` for ``pids`` to die; the ones still alive then."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]

@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 import pytest
-from cli_helpers import alive, children, default_sigint, dmlbench, stop_at, wait_until_stopped
+from cli_helpers import children, default_sigint, dmlbench, stop_at, wait_gone, wait_until_stopped
 from conftest import load_benchmark_script
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -206,10 +206,7 @@ def test_resume_after_sigkill_runs_exactly_the_configured_trials(tmp_path: Path,
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     # Workers notice their parent died and exit instead of training on as orphans.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
-        time.sleep(0.2)
-    assert not [pid for pid in workers if alive(pid)]
+    assert not wait_gone(workers, 15)
     (journal,) = out.glob("glyphs/mlrc/*/study.journal")
     killed_at, training = _trial_states(journal)
     assert (killed_at, training) == (2, True)
@@ -320,7 +317,4 @@ def test_ctrl_c_stops_fold_workers_in_flight(tmp_path: Path, cache_dir: Path) ->
     assert proc.returncode == 130, "".join(log)[-3000:]
     assert "interrupted" in "".join(log).lower()
     # multiprocessing's resource tracker exits on its own once the parent is gone.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
-        time.sleep(0.2)
-    assert not [pid for pid in workers if alive(pid)]
+    assert not wait_gone(workers, 15)

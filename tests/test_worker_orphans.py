@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import alive, children, stop_at, wait_until_stopped
+from cli_helpers import alive, children, stop_at, wait_gone, wait_until_stopped
 
 GRANDCHILD = """
 import time
@@ -61,13 +61,6 @@ for future in [pool.submit(os.getpid) for _ in range(2)]:
 print("idle", flush=True)
 time.sleep(600)
 """
-
-
-def wait_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.2)
-    return [p for p in pids if alive(p)]
 
 
 def describe(pid: int) -> str:
