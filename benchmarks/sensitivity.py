@@ -421,10 +421,8 @@ def table(
     lines += [head, "|" + "---|" * (3 + len(variants))]
     var_est: dict[str, dict[str, Estimate]] = {v: {} for v in variants}
     p_values: dict[str, dict[str, float]] = {v: {} for v in variants}
-    # Per passing cell, the largest change (either sign) its interval still allows.
-    allowed: dict[str, dict[str, float]] = {v: {} for v in variants}
-    # Per cell, its verdict ("0 inside" or not) on this table's tau, for the other-source check.
-    verdicts: dict[str, dict[str, bool]] = {v: {} for v in variants}
+    # Per cell, its 95% interval on this table's tau: the notes derive each pass's reach and verdict.
+    intervals: dict[str, dict[str, tuple[float, float]]] = {v: {} for v in variants}
     # Cells whose records differ from the reference's in an environment setting, by difference.
     env_cells: dict[str, dict[str, list[str]]] = {}
     for loss, family in FAMILIES.items():
@@ -442,9 +440,7 @@ def table(
             d = difference(est, base[loss])
             p_values[v][loss] = d.p
             lo, hi = d.interval()
-            verdicts[v][loss] = lo <= 0 <= hi
-            if lo <= 0 <= hi:
-                allowed[v][loss] = max(-lo, hi)
+            intervals[v][loss] = (lo, hi)
             capped = "" if not any(n for n, _ in capped_folds(paths).values()) else " ‡"
             differs = environment_difference(paths, base_paths[loss])
             if differs:
@@ -465,8 +461,8 @@ def table(
         else [
             *cap_lines,
             "",
-            *check_notes(mode, variants, against, p_values, dataset, allowed),
-            *other_source_notes(mode, variants, against, dataset, verdicts),
+            *check_notes(mode, variants, against, p_values, dataset, intervals),
+            *other_source_notes(mode, variants, against, dataset, intervals),
         ]
     )
     if set(base) != set(FAMILIES):
@@ -567,24 +563,26 @@ def check_notes(
     against: str,
     p_values: dict[str, dict[str, float]],
     dataset: str,
-    allowed: dict[str, dict[str, float]],
+    intervals: dict[str, dict[str, tuple[float, float]]],
 ) -> list[str]:
     """What the calibration check's table rests on: the tests behind its intervals, Holm-corrected
-    over the losses of the column; what each pass still allows (``allowed``: loss -> the largest
-    change its interval contains); and whether the variants' repetition spread is ``mini``'s (the
-    intervals borrow ``mini``'s seed variance because one variant seed cannot estimate its own)."""
+    over the losses of the column; what each pass (0 inside its interval in ``intervals``) still
+    allows, the largest change that interval contains; and whether the variants' repetition spread
+    is ``mini``'s (the intervals borrow ``mini``'s seed variance because one variant seed cannot
+    estimate its own)."""
     notes: list[str] = []
     for v in variants:
         losses = list(p_values[v])
         if not losses:
             continue
-        if allowed[v]:
+        allowed = {loss: max(-lo, hi) for loss, (lo, hi) in intervals[v].items() if lo <= 0 <= hi}
+        if allowed:
             # "0 inside" is the issue's rule, but a wide interval passes as easily as a small
             # change: say how large a change each pass leaves possible, so a weak pass reads as one.
             notes.append(
                 f"A pass of `{v}` (0 inside) still allows a change of up to, in points (either sign; the "
                 "interval's end farther from 0): "
-                + ", ".join(f"{loss} {100 * allowed[v][loss]:.2f}" for loss in losses if loss in allowed[v])
+                + ", ".join(f"{loss} {100 * reach:.2f}" for loss, reach in allowed.items())
                 + ". A wider interval passes more easily, so a pass is only as strong as its number is small."
             )
             notes.append("")
@@ -620,11 +618,15 @@ def check_notes(
 
 
 def other_source_notes(
-    mode: str, variants: Sequence[str], against: str, dataset: str, verdicts: dict[str, dict[str, bool]]
+    mode: str,
+    variants: Sequence[str],
+    against: str,
+    dataset: str,
+    intervals: dict[str, dict[str, tuple[float, float]]],
 ) -> list[str]:
     """Each cell again with tau from ``against``'s own :data:`TAU_DATASET` records (the reference's
     settings rather than the earlier ``mini``'s), when each of the six losses has >= 2 seeds there,
-    naming the cells whose verdict (``verdicts``: 0 inside on the table's tau) changes."""
+    naming the cells whose verdict (0 inside its interval in ``intervals``, on the table's tau) changes."""
     if any(len(variant_paths(against, TAU_DATASET, loss)) < 2 for loss in FAMILIES):
         return []
     # Which seed spread the intervals assume is itself a choice: with 2 df per loss it can decide
@@ -638,13 +640,13 @@ def other_source_notes(
     notes: list[str] = []
     for v in variants:
         cells, changed = [], []
-        for loss, before in verdicts[v].items():
+        for loss, (lo0, hi0) in intervals[v].items():
             est = seed_estimate(load_groups(variant_paths(v, dataset, loss), mode), *tau.of(loss))
             d = difference(est, base[loss])
             lo, hi = d.interval()
             inside = lo <= 0 <= hi
             cells.append(f"{loss} {fmt(d.diff, (hi - lo) / 2)}{' (0 inside)' if inside else ''}")
-            if inside != before:
+            if inside != (lo0 <= 0 <= hi0):
                 changed.append(loss)
         if not cells:
             continue
