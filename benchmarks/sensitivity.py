@@ -88,10 +88,10 @@ import argparse
 import functools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -714,6 +714,61 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
     ]
 
 
+def best_within(trials: Sequence[Mapping[str, Any]], first: int) -> tuple[float, int] | None:
+    """The highest validation value among the completed trials numbered below ``first``, with its
+    trial number (None if none completed)."""
+    done = [
+        (float(t["value"]), int(t["number"]))
+        for t in trials
+        if t.get("value") is not None and t["number"] < first
+    ]
+    # max over (value, -number): the earliest trial wins a tie, as the search's own best does.
+    return max(done, key=lambda vn: (vn[0], -vn[1]), default=None)
+
+
+def search_half(variant: str, against: str, dataset: str) -> list[str]:
+    """The search part of a check, apart from its stop: for each ``variant`` record that searched more
+    trials than the ``against`` records, the best validation MAP@R among its first trials (as many
+    as the reference ran) and among all, beside each reference record's best."""
+    rows = []
+    for loss in FAMILIES:
+        paths, refs = variant_paths(variant, dataset, loss), variant_paths(against, dataset, loss)
+        if not paths or not refs:
+            continue
+        ref_searches = [load_record(p).document["search"] for p in refs]
+        fewer = int(ref_searches[0]["n_trials"])
+        ref_best = ", ".join(f"{100 * float(s['best_value']):.2f}" for s in ref_searches)
+        for path in paths:
+            search = load_record(path).document["search"]
+            total = int(search["n_trials"])
+            early, best = best_within(search["trials"], fewer), best_within(search["trials"], total)
+            if total <= fewer or early is None or best is None:
+                continue
+            name = loss if len(paths) == 1 else f"{loss} (search seed {record_facts(path).seed})"
+            rows.append(
+                f"| {name} | {100 * early[0]:.2f} (trial {early[1]} of {fewer}) | {100 * best[0]:.2f} "
+                f"(trial {best[1]} of {total}) | {100 * (best[0] - early[0]):+.2f} | {ref_best} |"
+            )
+    if not rows:
+        return []
+    return [
+        f"### Searching alone: `{variant}`'s best trial within `{against}`'s trial count",
+        "",
+        f"The best mean validation MAP@R (points) of each `{variant}` search among its first trials, as",
+        f"many as `{against}` ran, and among all its trials; their difference is what the extra trials",
+        f"found at the variant's patience. Beside them, each `{against}` record's best (its own seeds,",
+        "at its own patience).",
+        "One search per row: the difference is that search's, not a between-seed estimate; its first",
+        "trials need not be the reference's (a model-based sampler proposes from values that depend on",
+        "the patience). Trials are numbered from 0, as in the records.",
+        "",
+        f"| loss | best of its first trials | best of all | extra trials found | `{against}` best per seed |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 #: Long-patience fold surveys (``benchmarks/fold_convergence.py --jsonl``), one file per survey.
 SATURATION = OUT_ROOT / "saturation"
 SATURATION_COLUMNS = (2, 3, 5, 10, 15)
@@ -802,6 +857,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         if args.against is not None:
             for v in args.variants:
                 lines += stopping_half(v, args.against, dataset)
+                lines += search_half(v, args.against, dataset)
     if args.against is None and "omniglot" in datasets:
         lines += saturation_sections()
     text = "\n".join(lines).rstrip() + "\n"

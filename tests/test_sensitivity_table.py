@@ -492,3 +492,38 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread() -> None
             assert "The verdict changes for" in note and loss in note.split("The verdict changes for")[1]
         checked += 1
     assert checked
+
+
+def test_the_check_separates_what_the_extra_trials_found() -> None:
+    """Per doubled search: the best trial value among its first trials (as many as the reference
+    ran) and among all, recomputed from the record's trial list; each reference record's best beside
+    them; no such section where the variant ran no more trials than its reference."""
+    sens = _module()
+    lines = sens.search_half("calibp10x2", "calibp10", "omniglot")
+    checked = 0
+    for loss in sens.FAMILIES:
+        paths = sens.variant_paths("calibp10x2", "omniglot", loss)
+        if not paths:
+            assert not any(line.startswith(f"| {loss} ") for line in lines)
+            continue
+        refs = [
+            sens.load_record(p).document["search"] for p in sens.variant_paths("calibp10", "omniglot", loss)
+        ]
+        fewer = refs[0]["n_trials"]
+        for path in paths:
+            trials = sens.load_record(path).document["search"]["trials"]
+            values = [t["value"] for t in trials]
+            first = int(np.argmax(values[:fewer]))
+            overall = int(np.argmax(values))
+            name = loss if len(paths) == 1 else f"{loss} (search seed {sens.load_record(path).seed})"
+            expected = (
+                f"| {name} | {100 * values[first]:.2f} (trial {first} of {fewer}) | "
+                f"{100 * values[overall]:.2f} (trial {overall} of {len(values)}) | "
+                f"{100 * (values[overall] - values[first]):+.2f} | "
+                + ", ".join(f"{100 * s['best_value']:.2f}" for s in refs)
+                + " |"
+            )
+            assert expected in lines
+            checked += 1
+    assert checked, "no committed calibp10x2 record"
+    assert sens.search_half("calibp10", "calib", "omniglot") == []  # both ran 10 trials
