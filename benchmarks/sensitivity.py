@@ -88,10 +88,10 @@ import argparse
 import functools
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -100,7 +100,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.protocol.space import searches_as_today  # noqa: E402
-from benchmark.records import RunRecord, board_key, load_record  # noqa: E402
+from benchmark.records import RunRecord, TrialDoc, board_key, load_record  # noqa: E402
 from benchmark.report.leaderboard import ROW_ENVIRONMENT  # noqa: E402
 from benchmark.stats.intervals import holm  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
@@ -693,7 +693,7 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
                 f"| {cut.epoch_fraction:.2f}"
             )
             # A loss with several records (search seeds) gets a row per seed, named.
-            name = loss if len(paths) == 1 else f"{loss} (search seed {record_facts(path).seed})"
+            name = row_name(loss, paths, path)
             rows.append(f"| {name} | {longer} → {shorter} | {usable} of {len(folds)} | {cell} |")
     if not rows:
         return []
@@ -714,16 +714,26 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
     ]
 
 
-def best_within(trials: Sequence[Mapping[str, Any]], first: int) -> tuple[float, int] | None:
-    """The highest validation value among the completed trials numbered below ``first``, with its
-    trial number (None if none completed)."""
+def best_within(trials: Sequence[TrialDoc], first: int) -> tuple[float, int] | None:
+    """The highest validation value among the completed trials (state ``COMPLETE``, as
+    :func:`benchmark.records.completed_trials` counts them) numbered below ``first``, with its trial
+    number (None if none completed)."""
     done = [
         (float(t["value"]), int(t["number"]))
         for t in trials
-        if t.get("value") is not None and t["number"] < first
+        if t["state"] == "COMPLETE"
+        and t["value"] is not None
+        and t["number"] is not None
+        and t["number"] < first
     ]
     # max over (value, -number): the earliest trial wins a tie, as the search's own best does.
     return max(done, key=lambda vn: (vn[0], -vn[1]), default=None)
+
+
+def row_name(loss: str, paths: Sequence[Path], path: Path) -> str:
+    """A table row's name for the record at ``path``: the loss alone, or with its search seed when
+    the loss has several records (``paths``)."""
+    return loss if len(paths) == 1 else f"{loss} (search seed {record_facts(path).seed})"
 
 
 def search_half(variant: str, against: str, dataset: str) -> list[str]:
@@ -744,7 +754,7 @@ def search_half(variant: str, against: str, dataset: str) -> list[str]:
             early, best = best_within(search["trials"], fewer), best_within(search["trials"], total)
             if total <= fewer or early is None or best is None:
                 continue
-            name = loss if len(paths) == 1 else f"{loss} (search seed {record_facts(path).seed})"
+            name = row_name(loss, paths, path)
             rows.append(
                 f"| {name} | {100 * early[0]:.2f} (trial {early[1]} of {fewer}) | {100 * best[0]:.2f} "
                 f"(trial {best[1]} of {total}) | {100 * (best[0] - early[0]):+.2f} | {ref_best} |"
