@@ -34,6 +34,11 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
   glyphs margin it moved separated MAP@R by +1.27 +- 3.10 (a pass), while its test folds replayed
   at patience 10 keep checkpoints 2.11 +- 1.11 validation points lower and its 300-epoch cap ended
   8 of its 96 folds (``‡`` in the table).
+* ``calibt20``: ``calibp10`` with 20 trials, the candidate ``mini`` where margin's 10-trial
+  searches sometimes fail (docs/concepts/budgets.md: more trials for every loss alike is the
+  remedy that cannot tilt the ranking); its doubled check is ``calibt20x2`` (patience 20,
+  40 trials): ``table --variants calibt20x2 --against calibt20``. ``table --variants calibt20
+  --against calibp10`` is trials alone at today's patience.
 
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::
@@ -153,6 +158,27 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "model.trunk_weights=builtin:smallcnn-symbols-v3",
         "search.log_wide_ranges=true",
         "search.n_trials=20",
+    ),
+    # The candidate remedy for margin's failed 10-trial searches (docs/concepts/budgets.md): twice
+    # the trials for every loss alike at today's patience, and its doubled check (patience 20,
+    # 40 trials). MLRC ran 50 trials per loss.
+    "calibt20": (
+        "train.iters_per_epoch=100",
+        "train.eval_every=2",
+        "train.patience=10",
+        "train.max_epochs=300",
+        "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
+        "search.n_trials=20",
+    ),
+    "calibt20x2": (
+        "train.iters_per_epoch=100",
+        "train.eval_every=2",
+        "train.patience=20",
+        "train.max_epochs=300",
+        "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
+        "search.n_trials=40",
     ),
 }
 #: The losses of the study and their family (the issue's pair-based vs class/proxy split).
