@@ -38,7 +38,10 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
   searches sometimes fail (docs/concepts/budgets.md: more trials for every loss alike is the
   remedy that cannot tilt the ranking); its doubled check is ``calibt20x2`` (patience 20,
   40 trials): ``table --variants calibt20x2 --against calibt20``. ``table --variants calibt20
-  --against calibp10`` is trials alone at today's patience.
+  --against calibp10`` is trials alone at today's patience (docs/calibration-trials20.md). Omniglot
+  margin seed 0 there: 41.41 separated; its first 10 trials (the samplers do not see the trial
+  count, so they are a 10-trial search on its host) found 56.13 validation where the board's
+  seed-0 search, on another host, ended at 46.07 (benchmarks/README.md).
 
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::
@@ -697,7 +700,8 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
     """The stopping part of a check, apart from its search part: each ``variant`` record's
     test-stage folds (trained at the hyperparameters its own search chose) replayed at the
     ``against`` records' patience by ``benchmarks/patience_truncation.py``. Exact per fold: patience
-    only decides when a fold stops."""
+    only decides when a fold stops. A record whose patience is not longer than the reference's
+    has no stop to replay and no row (``calibt20`` against ``calibp10``: trials alone)."""
     from patience_truncation import fold_runs, truncations
 
     rows = []
@@ -709,11 +713,13 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
         for path in paths:
             record = load_record(path).document
             longer = int(record["config"]["train"]["patience"])
+            if longer <= shorter:
+                continue
             folds = [fold for phase, fold in fold_runs(record) if phase == "test"]
             usable = sum(f.get("stopped_by") == "patience" for f in folds)
             cut = next((t for t in truncations(folds, longer) if t.patience == shorter), None)
             cell = (
-                "–"
+                "– | – | –"
                 if cut is None
                 else f"−{cut.drop_points:.2f} ± {cut.drop_half_width:.2f} | {cut.changed_share:.0%} "
                 f"| {cut.epoch_fraction:.2f}"
@@ -796,7 +802,7 @@ def search_half(variant: str, against: str, dataset: str) -> list[str]:
         "at its own patience).",
         "One search per row: the difference is that search's, not a between-seed estimate; its first",
         "trials need not be the reference's (a model-based sampler proposes from values that depend on",
-        "the patience). Trials are numbered from 0, as in the records.",
+        "the patience and, through rounding, on the CPU). Trials are numbered from 0, as in the records.",
         "",
         f"| loss | best of its first trials | best of all | extra trials found | `{against}` best per seed |",
         "|---|---|---|---|---|",
