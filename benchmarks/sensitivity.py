@@ -122,20 +122,29 @@ from benchmark.stats.seeds import (  # noqa: E402
     seed_variance,
 )
 
+
+def calibrated(patience: int, *more: str) -> tuple[str, ...]:
+    """The overrides of a variant on ``mini``'s calibrated schedule (100-iteration epochs,
+    validation every 2, a 300-epoch cap, trunk v3, wide ranges on a log scale) at ``patience``,
+    then ``more``."""
+    return (
+        "train.iters_per_epoch=100",
+        "train.eval_every=2",
+        f"train.patience={patience}",
+        "train.max_epochs=300",
+        "model.trunk_weights=builtin:smallcnn-symbols-v3",
+        "search.log_wide_ranges=true",
+        *more,
+    )
+
+
 #: Variant name -> the ``--set`` overrides it applies to ``mini``.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "patience5": ("train.patience=5",),
     "trials25": ("search.n_trials=25",),
     "eval100": ("train.eval_every=2",),
     "double": ("train.patience=4", "search.n_trials=20"),
-    "calib": (
-        "train.iters_per_epoch=100",
-        "train.eval_every=2",
-        "train.patience=5",
-        "train.max_epochs=300",
-        "model.trunk_weights=builtin:smallcnn-symbols-v3",
-        "search.log_wide_ranges=true",
-    ),
+    "calib": calibrated(5),
     "calib2x": (
         "model.trunk_weights=builtin:smallcnn-symbols-v3",
         "search.log_wide_ranges=true",
@@ -145,44 +154,13 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "train.max_epochs=300",
         "search.n_trials=20",
     ),
-    "calibp10": (
-        "train.iters_per_epoch=100",
-        "train.eval_every=2",
-        "train.patience=10",
-        "train.max_epochs=300",
-        "model.trunk_weights=builtin:smallcnn-symbols-v3",
-        "search.log_wide_ranges=true",
-    ),
-    "calibp10x2": (
-        "train.iters_per_epoch=100",
-        "train.eval_every=2",
-        "train.patience=20",
-        "train.max_epochs=300",
-        "model.trunk_weights=builtin:smallcnn-symbols-v3",
-        "search.log_wide_ranges=true",
-        "search.n_trials=20",
-    ),
+    "calibp10": calibrated(10),
+    "calibp10x2": calibrated(20, "search.n_trials=20"),
     # The candidate remedy for margin's failed 10-trial searches (docs/concepts/budgets.md): twice
     # the trials for every loss alike at today's patience, and its doubled check (patience 20,
     # 40 trials). MLRC ran 50 trials per loss.
-    "calibt20": (
-        "train.iters_per_epoch=100",
-        "train.eval_every=2",
-        "train.patience=10",
-        "train.max_epochs=300",
-        "model.trunk_weights=builtin:smallcnn-symbols-v3",
-        "search.log_wide_ranges=true",
-        "search.n_trials=20",
-    ),
-    "calibt20x2": (
-        "train.iters_per_epoch=100",
-        "train.eval_every=2",
-        "train.patience=20",
-        "train.max_epochs=300",
-        "model.trunk_weights=builtin:smallcnn-symbols-v3",
-        "search.log_wide_ranges=true",
-        "search.n_trials=40",
-    ),
+    "calibt20": calibrated(10, "search.n_trials=20"),
+    "calibt20x2": calibrated(20, "search.n_trials=40"),
 }
 #: The losses of the study and their family (the issue's pair-based vs class/proxy split).
 FAMILIES: dict[str, str] = {
