@@ -541,4 +541,4 @@ def test_trials_alone_has_no_stop_to_replay() -> None:
     sens = _module()
     assert any(sens.variant_paths("calibt20", "omniglot", loss) for loss in sens.FAMILIES)
     assert sens.stopping_half("calibt20", "calibp10", "omniglot") == []
-    assert any(line.startswith("| margin |") for line in sens.search_half("calibt20", "calibp10", "omniglot"))
+    assert any(line.startswith("| margin ") for line in sens.search_half("calibt20", "calibp10", "omniglot"))
