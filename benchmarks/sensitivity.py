@@ -27,21 +27,18 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
   ``table --variants calib2x --against calib``;
 * ``calibp10``: ``calib`` with patience 10 and its 10 trials: patience alone against ``calib``
   (``table --variants calibp10 --against calib``), where the glyphs stopping survey saw patience 5
-  cut every fold of margin and contrastive. On glyphs margin it moved separated MAP@R by
-  +3.55 +- 3.10, so patience 5 failed, and ``calibp10`` is today's ``mini`` (benchmark/budgets.py:
+  cut every fold of margin and contrastive. Patience 5 failed that check on glyphs margin
+  (docs/calibration-patience5.md), and ``calibp10`` is today's ``mini`` (benchmark/budgets.py:
   its records are ``mini`` board records too); its doubled check is ``calibp10x2`` (patience 20,
-  20 trials): ``table --variants calibp10x2 --against calibp10`` (docs/calibration.md). On
-  glyphs margin it moved separated MAP@R by +1.27 +- 3.10 (a pass), while its test folds replayed
-  at patience 10 keep checkpoints 2.11 +- 1.11 validation points lower and its 300-epoch cap ended
-  8 of its 96 folds (``‡`` in the table).
+  20 trials): ``table --variants calibp10x2 --against calibp10`` (docs/calibration.md, with the
+  replay of its test folds at patience 10 and the folds its 300-epoch cap ended, ``‡``).
 * ``calibt20``: ``calibp10`` with 20 trials, the candidate ``mini`` where margin's 10-trial
   searches sometimes fail (docs/concepts/budgets.md: more trials for every loss alike is the
   remedy that cannot tilt the ranking); its doubled check is ``calibt20x2`` (patience 20,
   40 trials): ``table --variants calibt20x2 --against calibt20``. ``table --variants calibt20
-  --against calibp10`` is trials alone at today's patience (docs/calibration-trials20.md). Omniglot
-  margin seed 0 there: 41.41 separated; its first 10 trials (the samplers do not see the trial
-  count, so they are a 10-trial search on its host) found 56.13 validation where the board's
-  seed-0 search, on another host, ended at 46.07 (benchmarks/README.md).
+  --against calibp10`` is trials alone at today's patience (docs/calibration-trials20.md). The
+  samplers do not see the trial count, so a ``calibt20`` record's first 10 trials are a 10-trial
+  search on its host: on the board's host they equal the board record's (benchmarks/README.md).
 
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::

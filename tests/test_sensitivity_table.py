@@ -340,6 +340,26 @@ def test_a_loss_with_several_records_gets_a_replay_row_per_search_seed(
     assert {row.split(" | ", 1)[1] for row in rows} == {alone.split(" | ", 1)[1]}  # the same folds
 
 
+def test_a_record_with_no_fold_stopped_by_patience_gets_an_empty_replay_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A longer-patience record whose test folds all ended another way (the cap) has nothing to
+    replay: its row counts none of them usable and leaves the three replay cells empty, where the
+    same record with its folds stopped by patience fills them."""
+    sens, target, document = _glyphs_margin_calibp10x2(tmp_path, monkeypatch)
+    document["config"]["train"]["patience"] = 20
+    folds = [f for rep in document["test"]["rep_details"] for f in rep["folds"]]
+    assert folds and all(f["stopped_by"] == "patience" for f in folds)
+    target.write_text(json.dumps(document))
+    filled = _margin_row(sens.stopping_half("calibp10x2", "calibp10", "glyphs"))
+    assert f"| {len(folds)} of {len(folds)} | −" in filled, filled
+    for fold in folds:
+        fold["stopped_by"] = "max_epochs"
+    target.write_text(json.dumps(document))
+    empty = _margin_row(sens.stopping_half("calibp10x2", "calibp10", "glyphs"))
+    assert empty == f"| margin | 20 → 10 | 0 of {len(folds)} | – | – | – |", empty
+
+
 def test_the_gap_row_is_the_family_means_difference_on_the_pool_df() -> None:
     sens = _module()
     means = {
