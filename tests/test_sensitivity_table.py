@@ -573,3 +573,45 @@ def test_trials_alone_has_no_stop_to_replay() -> None:
     assert any(sens.variant_paths("calibt20", "omniglot", loss) for loss in sens.FAMILIES)
     assert sens.stopping_half("calibt20", "calibp10", "omniglot") == []
     assert any(line.startswith("| margin ") for line in sens.search_half("calibt20", "calibp10", "omniglot"))
+
+
+def test_the_paired_rows_are_each_shared_seeds_change_with_a_t_interval() -> None:
+    """Omniglot margin, ``calibt20`` against ``calibp10``: the seeds on both sides, each one's
+    change of mean test MAP@R, and a t interval over those changes, recomputed by hand."""
+    sens = _module()
+    ours = {sens.record_facts(p).seed: p for p in sens.variant_paths("calibt20", "omniglot", "margin")}
+    theirs = {sens.record_facts(p).seed: p for p in sens.variant_paths("calibp10", "omniglot", "margin")}
+    shared = sorted(ours.keys() & theirs.keys())
+    assert len(shared) >= 2, shared
+    lines = sens.paired_half("calibt20", "calibp10", "omniglot")
+    for mode in ("separated", "concatenated"):
+
+        def mean(path: Path, mode: str = mode) -> float:
+            return float(np.mean(sens.load_record(path).test["per_rep"][mode]["map_at_r"]))
+
+        changes = [100 * (mean(ours[s]) - mean(theirs[s])) for s in shared]
+        half = scipy.stats.t.ppf(0.975, len(changes) - 1) * np.std(changes, ddof=1) / math.sqrt(len(changes))
+        (row,) = [line for line in lines if line.startswith(f"| margin | {mode} |")]
+        each = row.split(" | ")[2]
+        assert [int(part.split(":")[0]) for part in each.split(", ")] == shared, row
+        assert [float(part.split(": ")[1].rstrip("§")) for part in each.split(", ")] == pytest.approx(
+            [round(c, 2) for c in changes], abs=0.006
+        ), row
+        assert row.endswith(f"| {np.mean(changes):+.2f} ± {half:.2f} ({len(shared) - 1} df, 0 inside) |"), row
+
+
+def test_a_single_shared_seed_gets_its_change_without_an_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pair gives a change but no interval; a record identical to its reference changes by 0,
+    and a variant seed the reference lacks is left out."""
+    sens, target, document = _glyphs_margin_calibp10x2(tmp_path, monkeypatch)
+    assert [sens.record_facts(p).seed for p in sens.variant_paths("calibp10", "glyphs", "margin")] == [0]
+    target.with_name(target.name.replace("seed0", "seed1")).write_text(json.dumps({**document, "seed": 1}))
+    assert len(sens.variant_paths("calibp10x2", "glyphs", "margin")) == 2
+    lines = sens.paired_half("calibp10x2", "calibp10", "glyphs")
+    rows = [line for line in lines if line.startswith("| margin")]
+    assert rows == [
+        "| margin | separated | 0: +0.00 | one pair: no interval |",
+        "| margin | concatenated | 0: +0.00 | one pair: no interval |",
+    ], rows
