@@ -87,8 +87,9 @@ records), each section also gives its cells with tau from that reference's own r
 the cells whose verdict the choice of seed spread decides (:func:`other_source_notes`). Each
 check also pairs the records by search seed (:func:`paired_half`): records of one seed share its
 quasi-random points (and, where only the trial count differs, on one host its first trials), so
-the independent-seeds intervals above overstate the noise of such a change; the paired interval
-uses only the shared seeds' differences, on n - 1 degrees of freedom.
+they are not the independent samples the intervals above assume. The paired interval uses only
+the shared seeds' differences, on n - 1 degrees of freedom: it borrows no seed spread from other
+rows, and with few pairs it can be far wider than the pooled one (omniglot margin, calibt20).
 """
 
 from __future__ import annotations
