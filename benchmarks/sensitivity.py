@@ -803,26 +803,23 @@ def paired_half(variant: str, against: str, dataset: str) -> list[str]:
         seeds = sorted(s for s in ours.keys() & theirs.keys() if s is not None)
         if not seeds:
             continue
-        for mode, label in MODES:
+        marks = ["§" if environment_difference([ours[s]], [theirs[s]]) else "" for s in seeds]
+        for mode, _ in MODES:
             changes = [
-                100
-                * (
-                    statistics.fmean(rep_values(load_record(ours[s]), mode))
-                    - statistics.fmean(rep_values(load_record(theirs[s]), mode))
-                )
+                statistics.fmean(rep_values(load_record(ours[s]), mode))
+                - statistics.fmean(rep_values(load_record(theirs[s]), mode))
                 for s in seeds
             ]
-            marks = ["§" if environment_difference([ours[s]], [theirs[s]]) else "" for s in seeds]
-            each = ", ".join(f"{s}: {c:+.2f}{m}" for s, c, m in zip(seeds, changes, marks, strict=True))
+            each = ", ".join(f"{s}: {100 * c:+.2f}{m}" for s, c, m in zip(seeds, changes, marks, strict=True))
             if len(seeds) == 1:
                 summary = "one pair: no interval"
             else:
                 interval = t_interval(changes)
                 inside = interval.low <= 0 <= interval.high
-                summary = fmt(interval.mean / 100, interval.half_width / 100) + (
+                summary = fmt(interval.mean, interval.half_width) + (
                     f" ({len(seeds) - 1} df{', 0 inside' if inside else ''})"
                 )
-            rows.append(f"| {loss} | {label.split(' ')[0]} | {each} | {summary} |")
+            rows.append(f"| {loss} | {mode} | {each} | {summary} |")
     if not rows:
         return []
     return [
