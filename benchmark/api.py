@@ -59,6 +59,7 @@ def run(
     workers: int = 1,
     heartbeat: int | None = None,
     resume_mixed_code: bool = False,
+    extend_search: str | Path | None = None,
 ) -> RunResult:
     """Run ``protocol`` for ``loss`` (resuming finished work) and refresh the leaderboard.
 
@@ -102,6 +103,7 @@ def run(
     workers = check_int("--workers", workers, 1)
     heartbeat = check_int("--heartbeat", DEFAULT_HEARTBEAT_S if heartbeat is None else heartbeat)
     resume_mixed_code = check_bool("--resume-mixed-code", resume_mixed_code)
+    extend_path = check_optional_path("--extend-search", extend_search)
     if heartbeat < 1:
         raise ConfigError(f"--heartbeat must be >= 1 second, got {heartbeat}.")
     # Imports SQLAlchemy for a database URL, never Optuna or torch: a wrong URL costs no import time.
@@ -130,6 +132,7 @@ def run(
         workers=workers,
         heartbeat=heartbeat,
         resume_mixed_code=resume_mixed_code,
+        extend_search=extend_path,
     )
     # Names, values and output folders are checked before torch, Optuna and faiss are imported:
     # a mistake is reported in a fraction of a second instead of after seconds of imports.

@@ -289,7 +289,12 @@ def config_to_dict(config: RunConfig) -> dict[str, Any]:
 
 def config_hash(config: RunConfig) -> str:
     """Short stable hash of the resolved config; runs with different configs never share a directory."""
-    canonical = json.dumps(config_to_dict(config), sort_keys=True)
+    return config_dict_hash(config_to_dict(config))
+
+
+def config_dict_hash(config: Mapping[str, Any]) -> str:
+    """:func:`config_hash` of a config as written in a run directory's ``run.json``."""
+    canonical = json.dumps(config, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 

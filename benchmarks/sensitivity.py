@@ -205,8 +205,21 @@ def run_command(variant: str, loss: str, dataset: str, data_dir: Path, seed: int
     cmd += ["--budget", "mini", "--seed", str(seed)]
     for override in VARIANTS[variant]:
         cmd += ["--set", override]
-    cmd += ["--results-dir", str(OUT_ROOT / variant), "--out", str(REPO / "runs" / "sensitivity" / variant)]
+    cmd += ["--results-dir", str(OUT_ROOT / variant), "--out", str(run_root(variant))]
     return [*cmd, "--quiet"]
+
+
+def run_root(variant: str) -> Path:
+    """Where a variant's run directories are (``--out`` of its runs)."""
+    return REPO / "runs" / "sensitivity" / variant
+
+
+def shorter_search(source: str, loss: str, dataset: str, seed: int) -> Path | None:
+    """The run directory of ``source``'s run of ``loss`` and ``seed``, if this checkout has one."""
+    found = sorted((run_root(source) / dataset / "mlrc").glob(f"{loss}-mini-seed{seed}-*"))
+    if len(found) > 1:
+        raise SystemExit(f"{source}: several run directories of {loss} seed {seed}: {found}")
+    return found[0] if found else None
 
 
 def record_path(variant: str, dataset: str, loss: str, seed: int) -> Path:
@@ -228,6 +241,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
                 continue
             cmd = run_command(variant, loss, args.dataset, args.data_dir, args.seed)
+            if args.extend_from is not None:
+                # Same settings but fewer trials: its trials are this search's first ones (--extend-search).
+                source = shorter_search(args.extend_from, loss, args.dataset, args.seed)
+                if source is None:
+                    print(f"{label}: no {args.extend_from} run directory; searching from scratch", flush=True)
+                else:
+                    cmd += ["--extend-search", str(source)]
+            if args.resume_mixed_code:
+                cmd += ["--resume-mixed-code"]
             code = run_heavy(label, cmd, REPO)
             if code != 0:
                 return code
@@ -957,6 +979,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "omniglot")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--dataset", choices=DATASETS, default="omniglot")
+    r.add_argument(
+        "--extend-from",
+        choices=list(VARIANTS),
+        default=None,
+        help="start each search from this variant's run of the same loss and seed (the same "
+        "settings with fewer trials; dmlbench run --extend-search)",
+    )
+    r.add_argument(
+        "--resume-mixed-code",
+        action="store_true",
+        help="pass --resume-mixed-code (an extended search whose trials other code trained)",
+    )
     t = sub.add_parser("table", help="write the comparison table")
     t.add_argument("--dataset", default="omniglot", help=f"comma-separated, of {','.join(DATASETS)}")
     for q in (r, t):

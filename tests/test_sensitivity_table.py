@@ -616,3 +616,27 @@ def test_a_single_shared_seed_gets_its_change_without_an_interval(
         "| margin | separated | 0: +0.00 | one pair: no interval |",
         "| margin | concatenated | 0: +0.00 | one pair: no interval |",
     ], rows
+
+
+def test_run_extends_each_search_from_the_named_variants_run_of_the_same_loss_and_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sens = _module()
+    monkeypatch.setattr(sens, "run_root", lambda variant: tmp_path / variant)
+    source = tmp_path / "calibp10x2" / "omniglot" / "mlrc" / "margin-mini-seed7-0123456789"
+    source.mkdir(parents=True)
+    (tmp_path / "calibp10x2" / "omniglot" / "mlrc" / "margin-mini-seed8-0123456789").mkdir()
+    commands: list[list[str]] = []
+
+    def run_heavy(label: str, cmd: list[str], cwd: Path) -> int:
+        commands.append(list(cmd))
+        return 0
+
+    monkeypatch.setattr(sens, "run_heavy", run_heavy)
+    argv = ["run", "--variants", "calibt20x2", "--losses", "margin,triplet", "--seed", "7"]
+    assert sens.main([*argv, "--extend-from", "calibp10x2"]) == 0
+    margin, triplet = commands
+    assert margin[margin.index("--extend-search") + 1] == str(source)
+    assert margin[margin.index("--out") + 1] == str(tmp_path / "calibt20x2")
+    # No run of that loss to extend: its search starts from scratch.
+    assert "--extend-search" not in triplet and "--resume-mixed-code" not in triplet

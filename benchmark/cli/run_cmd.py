@@ -104,6 +104,14 @@ def add_parser(sub: Any) -> None:
         "trained part of it; the record and leaderboard then say that its folds mix code versions "
         "(default: refuse)",
     )
+    p.add_argument(
+        "--extend-search",
+        type=Path,
+        metavar="RUN_DIR",
+        help="start this run's search from the trials of RUN_DIR, the same run with a smaller "
+        "search.n_trials (its first trials are exactly those; only the extra ones are trained); "
+        "the record names RUN_DIR (default: search from scratch)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
@@ -162,6 +170,7 @@ def run_one(args: argparse.Namespace, seed: int) -> None:
         workers=args.workers,
         heartbeat=args.heartbeat,
         resume_mixed_code=args.resume_mixed_code,
+        extend_search=args.extend_search,
     )
     md = result.leaderboard_paths[0]
     print()

@@ -42,6 +42,7 @@ from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
+from benchmark.protocol.extend_search import check_resumed_extension, extension_of, seed_run_dir
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
@@ -175,11 +176,24 @@ class ProtocolRun:
                     "directory."
                 )
             self.resumed = True
+            check_resumed_extension(self.run_dir, req.extend_search)
         else:
             self.resumed = False
+        seeded = False
+        if not self.resumed and req.extend_search is not None:
+            # Before run.json: a run stopped between the two seeds its directory again.
+            seed_run_dir(
+                self.run_dir,
+                req.extend_search,
+                json.loads(json.dumps(identity)),
+                code_identity(),
+                req.resume_mixed_code,
+            )
+            seeded = True
+        self.search_extended_from = extension_of(self.run_dir)
         # Before run.json, so that a run directory with an identity always has a code history.
         self.code_history = check_resume_code(
-            self.run_dir, code_identity(), self.resumed, req.resume_mixed_code
+            self.run_dir, code_identity(), self.resumed or seeded, req.resume_mixed_code
         )
         if not self.resumed:
             write_json_atomic(ident_path, identity)

@@ -336,6 +336,9 @@ class MLRCRun(ProtocolRun):
                 "study": study_name(self.request, c, self.loss_spec.name),
             },
         }
+        if self.search_extended_from is not None:
+            # The first trials were trained in another run directory (--extend-search).
+            record["execution"]["search_extended_from"] = self.search_extended_from
         # Why each fold training stopped, per stage (docs/protocols.md §2.6): computed from the folds above.
         record["convergence"] = convergence_summary(record)
         return record

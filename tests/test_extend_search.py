@@ -1,0 +1,139 @@
+"""``--extend-search``: a longer search seeded from a shorter one's journal trains only the extra
+trials and ends where a longer search from scratch ends; a source that is not the same run with
+fewer trials is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmark import api
+from benchmark.engine.environment import code_identity
+from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.protocol import base
+from benchmark.protocol.extend_search import EXTEND_FILE, extension_conflicts
+from benchmark.protocol.mlrc_run import MLRCRun
+from benchmark.protocol.request import RunRequest
+
+TINY = {
+    "search.n_startup_trials": 1,
+    "train.iters_per_epoch": 3,
+    "train.max_epochs": 1,
+    "test.reps": 2,
+}
+
+
+def _request(out: Path, n_trials: int, **kw: Any) -> RunRequest:
+    return RunRequest(
+        loss="contrastive",
+        budget="smoke",
+        overrides={**TINY, "search.n_trials": n_trials},
+        out=out / "runs",
+        results_dir=out / "results",
+        jobs=1,
+        quiet=True,
+        **kw,
+    )
+
+
+def _identity(n_trials: int, **config: Any) -> dict[str, Any]:
+    return {
+        "protocol": "mlrc",
+        "loss": "contrastive",
+        "seed": 0,
+        "config": {"search": {"n_trials": n_trials}, **config},
+    }
+
+
+def test_only_the_trial_count_may_differ_and_only_upwards() -> None:
+    assert extension_conflicts(_identity(2), _identity(3)) == []
+    assert extension_conflicts(_identity(3), _identity(3)) == []
+    assert extension_conflicts(_identity(4), _identity(3)) == ["search.n_trials 4 exceeds this run's 3"]
+    assert extension_conflicts(_identity(2, train={"patience": 2}), _identity(3, train={"patience": 5})) == [
+        "differs in config.train.patience"
+    ]
+    other_seed = {**_identity(2), "seed": 1}
+    assert extension_conflicts(other_seed, _identity(3)) == ["differs in seed"]
+
+
+def test_an_extended_search_trains_only_the_extra_trials_and_ends_as_a_longer_one(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
+    short_run = MLRCRun(_request(tmp_path / "short", 2))
+    short = short_run.run().record
+    extended_run = MLRCRun(_request(tmp_path / "extended", 3, extend_search=short_run.run_dir))
+    extended = extended_run.run().record
+    fresh = MLRCRun(_request(tmp_path / "fresh", 3)).run().record
+
+    # The short search's trials are taken as they are (their wall times too: not trained again).
+    assert extended["search"]["trials"][:2] == short["search"]["trials"]
+
+    # And every trial, the extra one included, is what a 3-trial search from scratch finds.
+    def points(record: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(t["number"], t["params"], t["value"]) for t in record["search"]["trials"]]
+
+    assert points(extended) == points(fresh) and len(points(fresh)) == 3
+    assert extended["test"]["summary"] == fresh["test"]["summary"]
+    origin = extended["execution"]["search_extended_from"]
+    assert origin["run_dir"] == str(short_run.run_dir.resolve()) and origin["n_trials"] == 2
+    assert origin == json.loads((extended_run.run_dir / EXTEND_FILE).read_text())
+    assert "search_extended_from" not in fresh["execution"]
+
+    # Run again with the flag: a resume of the seeded directory (nothing is trained or re-seeded).
+    again = MLRCRun(_request(tmp_path / "extended", 3, extend_search=short_run.run_dir)).run().record
+    assert again["search"]["trials"] == extended["search"]["trials"]
+    # A directory with a search of its own cannot be seeded after the fact.
+    with pytest.raises(DmlbenchError, match="already holds a search of its own"):
+        MLRCRun(_request(tmp_path / "fresh", 3, extend_search=short_run.run_dir)).run()
+
+
+def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
+    short_run = MLRCRun(_request(tmp_path / "short", 1))
+    short_run.run()
+    here = code_identity()
+    monkeypatch.setattr(base, "code_identity", lambda: "f" * 40)
+    with pytest.raises(DmlbenchError, match="--resume-mixed-code"):
+        MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run()
+    (run_dir,) = (tmp_path / "extended" / "runs" / "glyphs" / "mlrc").iterdir()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["owner.lock"]
+    # Asked: the record says that code versions mix, and the history starts with the source's.
+    record = (
+        MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir, resume_mixed_code=True))
+        .run()
+        .record
+    )
+    assert record["code"]["mixed"] is True
+    assert [h["code"] for h in record["code"]["run_dir_history"]] == [here, "f" * 40]
+
+
+def test_a_source_of_another_configuration_is_refused(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
+    short_run = MLRCRun(_request(tmp_path / "short", 1))
+    short_run.run()
+    other = _request(tmp_path / "extended", 2, extend_search=short_run.run_dir, seed=1)
+    with pytest.raises(DmlbenchError, match=r"differs in seed\. Only search\.n_trials may differ"):
+        MLRCRun(other).run()
+
+
+def test_a_folder_without_a_search_or_with_a_database_is_refused_before_any_compute(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"missing run\.json, study\.journal"):
+        api.run("contrastive", budget="smoke", out=tmp_path / "runs", extend_search=tmp_path / "empty")
+    with pytest.raises(ConfigError, match="cannot be combined with --storage"):
+        api.run(
+            "contrastive",
+            budget="smoke",
+            out=tmp_path / "runs",
+            storage="sqlite:///" + str(tmp_path / "db.sqlite"),
+            extend_search=tmp_path / "empty",
+        )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
