@@ -91,12 +91,18 @@ def test_an_extended_search_trains_only_the_extra_trials_and_ends_as_a_longer_on
         MLRCRun(_request(tmp_path / "fresh", 3, extend_search=short_run.run_dir)).run()
 
 
-def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
-    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def short_run(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> MLRCRun:
+    """A finished one-trial search to extend."""
     monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
-    short_run = MLRCRun(_request(tmp_path / "short", 1))
-    short_run.run()
+    run = MLRCRun(_request(tmp_path / "short", 1))
+    run.run()
+    return run
+
+
+def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
+    tmp_path: Path, short_run: MLRCRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
     here = code_identity()
     monkeypatch.setattr(base, "code_identity", lambda: "f" * 40)
     with pytest.raises(DmlbenchError, match="--resume-mixed-code"):
@@ -113,12 +119,7 @@ def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
     assert [h["code"] for h in record["code"]["run_dir_history"]] == [here, "f" * 40]
 
 
-def test_a_source_of_another_configuration_is_refused(
-    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
-    short_run = MLRCRun(_request(tmp_path / "short", 1))
-    short_run.run()
+def test_a_source_of_another_configuration_is_refused(tmp_path: Path, short_run: MLRCRun) -> None:
     other = _request(tmp_path / "extended", 2, extend_search=short_run.run_dir, seed=1)
     with pytest.raises(DmlbenchError, match=r"differs in seed\. Only search\.n_trials may differ"):
         MLRCRun(other).run()

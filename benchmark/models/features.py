@@ -84,11 +84,9 @@ def file_sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes (read in chunks: weights files can be hundreds of MB)."""
     if not path.is_file():
         raise ConfigError(f"Trunk weights file {path} does not exist (model.trunk_weights).")
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    from benchmark.models.pretrained import sha256_of
+
+    return sha256_of(path)
 
 
 def feature_key(

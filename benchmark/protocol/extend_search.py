@@ -17,7 +17,6 @@ from, and the record carries it as ``execution.search_extended_from``. Torch-fre
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from benchmark.analysis.provenance import CODE_FILE, RESUME_FLAG, UNRECORDED, sh
 from benchmark.config import config_dict_hash
 from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.io import differing_keys, read_json, write_json_atomic
+from benchmark.models.pretrained import sha256_of
 from benchmark.protocol import run_lock
 
 #: The command-line flag.
@@ -65,14 +65,6 @@ def extension_conflicts(source: dict[str, Any], target: dict[str, Any]) -> list[
     return []
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def seed_run_dir(
     run_dir: Path, source: Path, identity: dict[str, Any], current_code: str, allow_mixed: bool
 ) -> dict[str, Any]:
@@ -105,7 +97,7 @@ def seed_run_dir(
     key = run_lock.acquire(source)
     try:
         shutil.copyfile(source / JOURNAL, run_dir / JOURNAL)
-        sha = _sha256(run_dir / JOURNAL)
+        sha = sha256_of(run_dir / JOURNAL)
     finally:
         run_lock.release(key)
     source_hash = config_dict_hash(source_identity["config"])
