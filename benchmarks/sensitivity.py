@@ -50,6 +50,12 @@ the heavy-work lock so nothing else heavy shares the cores)::
     python benchmarks/sensitivity.py table --dataset glyphs --variants calib2x --against calib
     python benchmarks/sensitivity.py table --dataset omniglot,glyphs --variants calib2x --against calib \
         --out docs/calibration.md
+    python benchmarks/sensitivity.py run --variants calibt20x2 --losses margin --seed 1 \
+        --extend-from calibp10x2 --resume-mixed-code
+
+``--extend-from SOURCE`` starts each search from SOURCE's run directory of the same loss and seed
+(a variant, or ``board`` for the board's runs), whose settings differ only in fewer trials: only
+the extra trials are trained (``dmlbench run --extend-search``).
 
 ``run`` writes each variant's records under ``results/sensitivity/<variant>/`` (search seed 0 only:
 a variant costs 1-3x a ``mini`` run). A board record (``results/<dataset>/mlrc/records/``) made at
@@ -214,9 +220,15 @@ def run_root(variant: str) -> Path:
     return REPO / "runs" / "sensitivity" / variant
 
 
+#: ``--extend-from``'s name for the board's own runs (benchmarks/regenerate_boards.py's ``--out``).
+BOARD_RUNS = "board"
+
+
 def shorter_search(source: str, loss: str, dataset: str, seed: int) -> Path | None:
-    """The run directory of ``source``'s run of ``loss`` and ``seed``, if this checkout has one."""
-    found = sorted((run_root(source) / dataset / "mlrc").glob(f"{loss}-mini-seed{seed}-*"))
+    """The run directory of ``source``'s run (a variant, or :data:`BOARD_RUNS`) of ``loss`` and
+    ``seed``, if this checkout has one."""
+    root = REPO / "runs" if source == BOARD_RUNS else run_root(source)
+    found = sorted((root / dataset / "mlrc").glob(f"{loss}-mini-seed{seed}-*"))
     if len(found) > 1:
         raise SystemExit(f"{source}: several run directories of {loss} seed {seed}: {found}")
     return found[0] if found else None
@@ -981,10 +993,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--dataset", choices=DATASETS, default="omniglot")
     r.add_argument(
         "--extend-from",
-        choices=list(VARIANTS),
+        choices=[*VARIANTS, BOARD_RUNS],
         default=None,
-        help="start each search from this variant's run of the same loss and seed (the same "
-        "settings with fewer trials; dmlbench run --extend-search)",
+        help="start each search from this variant's run of the same loss and seed, or the board's "
+        f"('{BOARD_RUNS}': runs/<dataset>/mlrc): the same settings with fewer trials "
+        "(dmlbench run --extend-search)",
     )
     r.add_argument(
         "--resume-mixed-code",

@@ -640,3 +640,12 @@ def test_run_extends_each_search_from_the_named_variants_run_of_the_same_loss_an
     assert margin[margin.index("--out") + 1] == str(tmp_path / "calibt20x2")
     # No run of that loss to extend: its search starts from scratch.
     assert "--extend-search" not in triplet and "--resume-mixed-code" not in triplet
+    # The board's own runs are the source of the variants with the board's settings and more trials.
+    monkeypatch.setattr(sens, "REPO", tmp_path)
+    board = tmp_path / "runs" / "omniglot" / "mlrc" / "triplet-mini-seed7-0123456789"
+    board.mkdir(parents=True)
+    commands.clear()
+    assert sens.main([*argv, "--extend-from", "board", "--resume-mixed-code"]) == 0
+    margin, triplet = commands
+    assert "--extend-search" not in margin
+    assert triplet[triplet.index("--extend-search") + 1] == str(board) and "--resume-mixed-code" in triplet
