@@ -90,7 +90,8 @@ footer's ``ROW_ENVIRONMENT``) is marked ``§`` with a footnote naming both sides
 carries what that environment moves, which one seed per side cannot separate from the setting's.
 Against a reference variant with at least two seeds per loss on omniglot (``calibp10``: the board's
 records), each section also gives its cells with tau from that reference's own records, and names
-the cells whose verdict the choice of seed spread decides (:func:`other_source_notes`). Each
+the cells whose verdict the choice of seed spread decides (:func:`other_source_notes`); against one
+where only some losses have two seeds (``calibt20``: margin), those losses' cells on their own. Each
 check also pairs the records by search seed (:func:`paired_half`): records of one seed share its
 quasi-random points (and, where only the trial count differs, on one host its first trials), so
 they are not the independent samples the intervals above assume. The paired interval uses only
@@ -669,23 +670,43 @@ def other_source_notes(
     intervals: dict[str, dict[str, tuple[float, float]]],
 ) -> list[str]:
     """Each cell again with tau from ``against``'s own :data:`TAU_DATASET` records (the reference's
-    settings rather than the earlier ``mini``'s), when each of the six losses has >= 2 seeds there,
-    naming the cells whose verdict (0 inside its interval in ``intervals``, on the table's tau) changes."""
-    if any(len(variant_paths(against, TAU_DATASET, loss)) < 2 for loss in FAMILIES):
-        return []
+    settings rather than the earlier ``mini``'s), naming the cells whose verdict (0 inside its
+    interval in ``intervals``, on the table's tau) changes.
+
+    When each of the six losses has >= 2 seeds there, the tau model is that of the six rows
+    (:func:`tau_model`); otherwise each loss with >= 2 seeds there gets its own tau^2 on S - 1 df
+    and the others no cell (``calibt20``, whose only multi-seed loss is margin)."""
     # Which seed spread the intervals assume is itself a choice: with 2 df per loss it can decide
     # a verdict, so the table shows the other defensible choice beside its own.
-    tau = tau_model(mode, source=against)
+    seeds = {loss: len(variant_paths(against, TAU_DATASET, loss)) for loss in FAMILIES}
+    of: dict[str, tuple[float, int]]
+    if min(seeds.values()) >= 2:
+        tau = tau_model(mode, source=against)
+        of = {loss: tau.of(loss) for loss in FAMILIES}
+        source = f"at least {min(seeds.values())} seeds per loss; {tau.variance.describe()}"
+    else:
+        own = {
+            loss: own_seed_variance(load_groups(variant_paths(against, TAU_DATASET, loss), mode))
+            for loss in FAMILIES
+            if seeds[loss] >= 2
+        }
+        of = {loss: tau_df for loss, tau_df in own.items() if tau_df is not None}
+        spreads = [f"{loss} {seeds[loss]} seeds, tau {100 * math.sqrt(t):.2f}" for loss, (t, _) in of.items()]
+        source = "each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: " + ", ".join(
+            spreads
+        )
     base = {
-        loss: seed_estimate(load_groups(variant_paths(against, dataset, loss), mode), *tau.of(loss))
-        for loss in FAMILIES
+        loss: seed_estimate(load_groups(variant_paths(against, dataset, loss), mode), *tau_df)
+        for loss, tau_df in of.items()
         if variant_paths(against, dataset, loss)
     }
     notes: list[str] = []
     for v in variants:
         cells, changed = [], []
         for loss, (lo0, hi0) in intervals[v].items():
-            est = seed_estimate(load_groups(variant_paths(v, dataset, loss), mode), *tau.of(loss))
+            if loss not in base:
+                continue
+            est = seed_estimate(load_groups(variant_paths(v, dataset, loss), mode), *of[loss])
             d = difference(est, base[loss])
             lo, hi = d.interval()
             inside = lo <= 0 <= hi
@@ -694,10 +715,9 @@ def other_source_notes(
                 changed.append(loss)
         if not cells:
             continue
-        n = min(len(variant_paths(against, TAU_DATASET, loss)) for loss in FAMILIES)
         notes += [
             f"The same cells of `{v}` with tau from `{against}`'s own {TAU_DATASET} records instead "
-            f"(its settings, at least {n} seeds per loss; {tau.variance.describe()}): "
+            f"(its settings, {source}): "
             + ", ".join(cells)
             + ". "
             + (

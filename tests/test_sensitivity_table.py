@@ -501,24 +501,30 @@ def test_each_pass_states_the_largest_change_its_interval_still_allows(mode: str
     assert checked, "no passing cell in the committed calibration records"
 
 
-def test_the_check_repeats_its_cells_on_the_references_own_seed_spread() -> None:
+@pytest.mark.parametrize(
+    ("variant_name", "against"), [("calibp10x2", "calibp10"), ("calibt20x2", "calibt20")]
+)
+def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
+    variant_name: str, against: str
+) -> None:
     """Against a reference with several omniglot seeds per loss, each cell again with that loss's
     tau^2 from the reference's own seed means (ddof 1, t on S - 1 df: Bartlett rejects equal
-    spreads there), recomputed here with numpy and scipy; a verdict that differs is named."""
+    spreads in calibp10; calibt20 has several seeds of margin alone, which then gets its own),
+    recomputed here with numpy and scipy; a verdict that differs is named."""
     sens = _module()
-    lines = sens.table("separated", "sep", ["calibp10x2"], against="calibp10")
-    (note,) = [line for line in lines if line.startswith("The same cells of `calibp10x2`")]
+    lines = sens.table("separated", "sep", [variant_name], against=against)
+    (note,) = [line for line in lines if line.startswith(f"The same cells of `{variant_name}`")]
     main_rows = {loss: next(x for x in lines if x.startswith(f"| {loss} |")) for loss in sens.FAMILIES}
     checked = 0
     for loss in sens.FAMILIES:
-        variant = sens.variant_paths("calibp10x2", "omniglot", loss)
-        if not variant:
-            assert f" {loss} " not in note
-            continue
+        variant = sens.variant_paths(variant_name, "omniglot", loss)
         ref = [
             np.mean(sens.rep_values(sens.load_record(p), "separated"))
-            for p in sens.variant_paths("calibp10", "omniglot", loss)
+            for p in sens.variant_paths(against, "omniglot", loss)
         ]
+        if not variant or len(ref) < 2:
+            assert f" {loss} " not in note
+            continue
         own = [np.mean(sens.rep_values(sens.load_record(p), "separated")) for p in variant]
         tau2 = np.var(ref, ddof=1)
         half = scipy.stats.t.ppf(0.975, len(ref) - 1) * math.sqrt(tau2 * (1 / len(own) + 1 / len(ref)))
