@@ -83,6 +83,12 @@ def test_an_extended_search_trains_only_the_extra_trials_and_ends_as_a_longer_on
     assert origin == json.loads((extended_run.run_dir / EXTEND_FILE).read_text())
     assert "search_extended_from" not in fresh["execution"]
 
+    assert origin["source_extended_from"] is None
+    # Extending an extended search keeps the chain: the record names both sources.
+    longer = MLRCRun(_request(tmp_path / "longer", 4, extend_search=extended_run.run_dir)).run().record
+    assert longer["search"]["trials"][:3] == extended["search"]["trials"]
+    assert longer["execution"]["search_extended_from"]["source_extended_from"] == origin
+
     # Run again with the flag: a resume of the seeded directory (nothing is trained or re-seeded).
     again = MLRCRun(_request(tmp_path / "extended", 3, extend_search=short_run.run_dir)).run().record
     assert again["search"]["trials"] == extended["search"]["trials"]

@@ -116,6 +116,8 @@ def seed_run_dir(
         # The source's search time, which this run's timings do not include.
         "timings_s": read_json(timings) if timings.is_file() else None,
         "copied": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        # A source that was itself extended: where its first trials came from (a chain).
+        "source_extended_from": extension_of(source),
     }
     write_json_atomic(run_dir / CODE_FILE, history)
     write_json_atomic(run_dir / EXTEND_FILE, provenance)
