@@ -61,7 +61,7 @@ def test_every_committed_record_validates(path: Path) -> None:
     assert record.test["summary"][mode][metric]["mean"] == document["test"]["summary"][mode][metric]["mean"]
     assert record.commit == document["environment"]["git"]["commit"][:10] + (
         "+dirty" if document["environment"]["git"]["dirty"] else ""
-    )
+    ) + ("+mixed" if document.get("code", {}).get("mixed") else "")
     assert (record.search is not None) == (protocol == "mlrc")
     if record.search is not None:
         assert len(record.search["trials"]) == len(document["search"]["trials"])
