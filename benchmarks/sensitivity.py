@@ -54,8 +54,9 @@ the heavy-work lock so nothing else heavy shares the cores)::
         --extend-from calibp10x2 --resume-mixed-code
 
 ``--extend-from SOURCE`` starts each search from SOURCE's run directory of the same loss and seed
-(a variant, or ``board`` for the board's runs), whose settings differ only in fewer trials: only
-the extra trials are trained (``dmlbench run --extend-search``).
+(a variant, or ``board`` for the board's runs), or from its committed record where this checkout
+has no run directory, whose settings differ only in fewer trials: only the extra trials are
+trained (``dmlbench run --extend-search``).
 
 ``run`` writes each variant's records under ``results/sensitivity/<variant>/`` (search seed 0 only:
 a variant costs 1-3x a ``mini`` run). A board record (``results/<dataset>/mlrc/records/``) made at
@@ -227,12 +228,21 @@ BOARD_RUNS = "board"
 
 def shorter_search(source: str, loss: str, dataset: str, seed: int) -> Path | None:
     """The run directory of ``source``'s run (a variant, or :data:`BOARD_RUNS`) of ``loss`` and
-    ``seed``, if this checkout has one."""
+    ``seed`` if this checkout has one, else its committed record if there is one (run directories
+    are git-ignored and do not outlive the machine; ``--extend-search`` rebuilds the journal from
+    the record)."""
     root = REPO / "runs" if source == BOARD_RUNS else run_root(source)
     found = sorted((root / dataset / "mlrc").glob(f"{loss}-mini-seed{seed}-*"))
     if len(found) > 1:
         raise SystemExit(f"{source}: several run directories of {loss} seed {seed}: {found}")
-    return found[0] if found else None
+    if found:
+        return found[0]
+    record = (
+        REPO / "results" / dataset / "mlrc" / "records" / f"{loss}.mini.seed{seed}.json"
+        if source == BOARD_RUNS
+        else record_path(source, dataset, loss, seed)
+    )
+    return record if record.is_file() else None
 
 
 def record_path(variant: str, dataset: str, loss: str, seed: int) -> Path:
@@ -258,8 +268,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 # Same settings but fewer trials: its trials are this search's first ones (--extend-search).
                 source = shorter_search(args.extend_from, loss, args.dataset, args.seed)
                 if source is None:
-                    print(f"{label}: no {args.extend_from} run directory; searching from scratch", flush=True)
+                    print(
+                        f"{label}: no {args.extend_from} run directory or record; searching from scratch",
+                        flush=True,
+                    )
                 else:
+                    print(f"{label}: extending {source}", flush=True)
                     cmd += ["--extend-search", str(source)]
             if args.resume_mixed_code:
                 cmd += ["--resume-mixed-code"]
@@ -1017,7 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="start each search from this variant's run of the same loss and seed, or the board's "
         f"('{BOARD_RUNS}': runs/<dataset>/mlrc): the same settings with fewer trials "
-        "(dmlbench run --extend-search)",
+        "(dmlbench run --extend-search); its committed record where there is no run directory",
     )
     r.add_argument(
         "--resume-mixed-code",

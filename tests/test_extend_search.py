@@ -5,6 +5,7 @@ fewer trials is refused before anything is written."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,11 @@ TINY = {
 }
 
 
-def _request(out: Path, n_trials: int, **kw: Any) -> RunRequest:
+def _request(out: Path, n_trials: int, more: dict[str, Any] | None = None, **kw: Any) -> RunRequest:
     return RunRequest(
         loss="contrastive",
         budget="smoke",
-        overrides={**TINY, "search.n_trials": n_trials},
+        overrides={**TINY, **(more or {}), "search.n_trials": n_trials},
         out=out / "runs",
         results_dir=out / "results",
         jobs=1,
@@ -144,3 +145,139 @@ def test_a_folder_without_a_search_or_with_a_database_is_refused_before_any_comp
             extend_search=tmp_path / "empty",
         )
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def _points(record: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(t["number"], t["origin"], t["params"], t["value"]) for t in record["search"]["trials"]]
+
+
+def test_a_record_stands_in_for_its_deleted_run_directory(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal rebuilt from a record asks what the run's own journal would have: the sampler's
+    points after the startup ones, on the same history."""
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
+    two_startup = {"search.n_startup_trials": 2}
+    short_run = MLRCRun(_request(tmp_path / "short", 2, two_startup))
+    short = short_run.run()
+    shutil.rmtree(short_run.run_dir)  # gone, as run directories of another machine are
+    extended_run = MLRCRun(_request(tmp_path / "extended", 3, two_startup, extend_search=short.record_path))
+    extended = extended_run.run()
+    fresh = MLRCRun(_request(tmp_path / "fresh", 3, two_startup)).run().record
+
+    assert extended.record["search"]["trials"][:2] == short.record["search"]["trials"]
+    assert _points(extended.record) == _points(fresh)
+    assert [t["origin"] for t in fresh["search"]["trials"]] == ["sobol", "sobol", "sampler"]
+    assert extended.record["test"]["summary"] == fresh["test"]["summary"]
+    origin = extended.record["execution"]["search_extended_from"]
+    assert origin["record"] == str(short.record_path.resolve()) and origin["n_trials"] == 2
+    assert origin["run_dir"] == short.record["run_dir"] and origin["source_extended_from"] is None
+    assert origin["timings_s"] == short.record["timings_s"]
+
+    # A record of an extended search extends again, naming both sources; the rebuilt history
+    # now holds sampler trials too.
+    shutil.rmtree(extended_run.run_dir)
+    longer = MLRCRun(_request(tmp_path / "longer", 4, two_startup, extend_search=extended.record_path)).run()
+    fresh4 = MLRCRun(_request(tmp_path / "fresh4", 4, two_startup)).run().record
+    assert _points(longer.record) == _points(fresh4)
+    assert longer.record["execution"]["search_extended_from"]["source_extended_from"] == origin
+
+
+def _tampered(record_path: Path, tmp_path: Path, change: Any) -> Path:
+    doc = json.loads(record_path.read_text())
+    change(doc)
+    out = tmp_path / "tampered.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_a_record_that_cannot_be_replayed_is_refused(tmp_path: Path, short_run: MLRCRun) -> None:
+    record_path = short_run.run().record_path
+
+    def interrupted(doc: dict[str, Any]) -> None:
+        doc["search"]["trials"][0]["interrupted"] = True
+
+    with pytest.raises(ConfigError, match=r"trials \[0\] are neither complete nor failed"):
+        api.run(
+            "contrastive",
+            budget="smoke",
+            out=tmp_path / "runs",
+            extend_search=_tampered(record_path, tmp_path, interrupted),
+        )
+
+    def moved(doc: dict[str, Any]) -> None:
+        doc["search"]["trials"][0]["params"]["pos_margin"] += 1e-9
+
+    with pytest.raises(DmlbenchError, match="not the Sobol points this code draws"):
+        MLRCRun(
+            _request(tmp_path / "extended", 2, extend_search=_tampered(record_path, tmp_path, moved))
+        ).run()
+    with pytest.raises(DmlbenchError, match=r"differs in seed\. Only search\.n_trials may differ"):
+        MLRCRun(_request(tmp_path / "other", 2, extend_search=record_path, seed=1)).run()
+    (tmp_path / "not-a-record.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"not-a-record\.json"):
+        api.run(
+            "contrastive",
+            budget="smoke",
+            out=tmp_path / "runs2",
+            extend_search=tmp_path / "not-a-record.json",
+        )
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "runs2").exists()
+
+
+def _committed_extensions() -> list[tuple[Path, Path]]:
+    """(extended record, committed record of its source run) pairs among the committed records."""
+    from benchmark.config import config_dict_hash
+
+    records = sorted(Path(__file__).parents[1].glob("results/**/records/*.json"))
+    docs = {path: json.loads(path.read_text()) for path in records}
+    by_identity = {
+        (d["loss"], d["seed"], config_dict_hash(d["config"])): path
+        for path, d in docs.items()
+        if "config" in d
+    }
+    pairs = []
+    for path, d in docs.items():
+        origin = d.get("execution", {}).get("search_extended_from")
+        source = by_identity.get((d["loss"], d["seed"], origin["config_hash"])) if origin else None
+        if source is not None:
+            pairs.append((path, source))
+    return pairs
+
+
+@pytest.mark.parametrize("extended, source", _committed_extensions(), ids=lambda p: p.parent.parents[2].name)
+def test_a_committed_record_rebuilds_the_journal_its_extension_was_seeded_with(
+    extended: Path, source: Path, tmp_path: Path
+) -> None:
+    """Real searches: the journal rebuilt from the source run's committed record proposes the first
+    extra trial that the extension (seeded from the source's run directory) trained."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from benchmark.engine.seeds import derive_seed
+    from benchmark.losses import SearchDim
+    from benchmark.protocol.extend_search import _journal_from_record, source_record
+    from benchmark.search.study import make_sampler, suggest
+
+    record = source_record(source)
+    assert record.search is not None
+    n = len(record.search["trials"])
+    _journal_from_record(tmp_path / "journal", record)
+    study = optuna.load_study(
+        study_name="search", storage=JournalStorage(JournalFileBackend(str(tmp_path / "journal")))
+    )
+    config = record.document["config"]["search"]
+    # The sampler the search stage makes for the trial asked when n trials are counted.
+    study.sampler = make_sampler(
+        config["sampler"], derive_seed(int(record.document["seed"]), "sampler", n), config["n_startup_trials"]
+    )
+    space = {k: SearchDim(d["low"], d["high"], d["log"]) for k, d in record.search["space"].items()}
+    trials = json.loads(extended.read_text())["search"]["trials"]
+    assert trials[:n] == json.loads(source.read_text())["search"]["trials"]
+    assert suggest(study.ask(), space) == trials[n]["params"]
+
+
+def test_the_committed_extensions_are_found() -> None:
+    # The test above is parametrised over them: an empty list would skip it, not fail it.
+    assert len(_committed_extensions()) >= 2

@@ -655,3 +655,20 @@ def test_run_extends_each_search_from_the_named_variants_run_of_the_same_loss_an
     margin, triplet = commands
     assert "--extend-search" not in margin
     assert triplet[triplet.index("--extend-search") + 1] == str(board) and "--resume-mixed-code" in triplet
+    # Without a run directory (they do not outlive the machine), the committed record is the source.
+    board.rmdir()
+    board_record = tmp_path / "results" / "omniglot" / "mlrc" / "records" / "triplet.mini.seed7.json"
+    board_record.parent.mkdir(parents=True)
+    board_record.write_text("{}")
+    commands.clear()
+    assert sens.main([*argv, "--extend-from", "board"]) == 0
+    assert commands[1][commands[1].index("--extend-search") + 1] == str(board_record)
+    monkeypatch.setattr(sens, "OUT_ROOT", tmp_path / "results" / "sensitivity")
+    variant_record = sens.record_path("calibp10x2", "omniglot", "triplet", 7)
+    variant_record.parent.mkdir(parents=True)
+    variant_record.write_text("{}")
+    commands.clear()
+    assert sens.main([*argv, "--extend-from", "calibp10x2"]) == 0
+    margin, triplet = commands
+    assert margin[margin.index("--extend-search") + 1] == str(source)  # a run directory comes first
+    assert triplet[triplet.index("--extend-search") + 1] == str(variant_record)

@@ -107,10 +107,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--extend-search",
         type=Path,
-        metavar="RUN_DIR",
-        help="start this run's search from the trials of RUN_DIR, the same run with a smaller "
-        "search.n_trials (its first trials are exactly those; only the extra ones are trained); "
-        "the record names RUN_DIR (default: search from scratch)",
+        metavar="SOURCE",
+        help="start this run's search from the trials of SOURCE, the same run with a smaller "
+        "search.n_trials: its run directory, or its record (a .json file; the journal is rebuilt "
+        "from the record's trials). Its first trials are exactly those; only the extra ones are "
+        "trained; the record names SOURCE (default: search from scratch)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)

@@ -165,9 +165,11 @@ class ProtocolRun:
             # database the study's heartbeats arbitrate): a second process stops here, at once.
             self._lock = run_lock.acquire(self.run_dir)
         ident_path = self.run_dir / "run.json"
+        # The identity as run.json holds it once written (JSON types: tuples become lists).
+        expected = json.loads(json.dumps(identity))
+        code = code_identity()
         if ident_path.exists():
             existing = read_json(ident_path)
-            expected = json.loads(json.dumps(identity))
             if existing != expected:
                 differ = differing_keys(existing, expected)
                 raise DmlbenchError(
@@ -179,21 +181,16 @@ class ProtocolRun:
             check_resumed_extension(self.run_dir, req.extend_search)
         else:
             self.resumed = False
-        seeded = False
-        if not self.resumed and req.extend_search is not None:
-            # Before run.json: a run stopped between the two seeds its directory again.
-            seed_run_dir(
-                self.run_dir,
-                req.extend_search,
-                json.loads(json.dumps(identity)),
-                code_identity(),
-                req.resume_mixed_code,
-            )
-            seeded = True
-        self.search_extended_from = extension_of(self.run_dir)
+        # Seeded before run.json: a run stopped between the two seeds its directory again.
+        source = None if self.resumed else req.extend_search
+        self.search_extended_from: dict[str, Any] | None = (
+            extension_of(self.run_dir)
+            if source is None
+            else seed_run_dir(self.run_dir, source, expected, code, req.resume_mixed_code)
+        )
         # Before run.json, so that a run directory with an identity always has a code history.
         self.code_history = check_resume_code(
-            self.run_dir, code_identity(), self.resumed or seeded, req.resume_mixed_code
+            self.run_dir, code, self.resumed or source is not None, req.resume_mixed_code
         )
         if not self.resumed:
             write_json_atomic(ident_path, identity)

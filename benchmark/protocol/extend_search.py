@@ -12,6 +12,14 @@ run's identity in everything but ``config.search.n_trials``, which may only grow
 history is continued under the same rule as a resume (other code needs ``--resume-mixed-code``,
 and the record then says it mixes code); ``extended_from.json`` records where the trials came
 from, and the record carries it as ``execution.search_extended_from``. Torch-free.
+
+The source may also be the shorter run's **record** (``<loss>.<budget>.seed<N>.json``), for when
+its run directory is gone (run directories are git-ignored; records are committed). A record
+keeps every trial's parameters, its value as the sampler was told it (JSON floats round-trip
+exactly), its folds and its attributes, which is all a sampler reads of a finished trial, so the
+journal rebuilt from it asks the same next trials as the run directory's journal would. Its
+startup trials must be the Sobol points this code draws for its seed and space: a record whose
+startup points differ (another sampler setup) is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.io import differing_keys, read_json, write_json_atomic
 from benchmark.models.pretrained import sha256_of
 from benchmark.protocol import run_lock
+from benchmark.records import RecordError, RunRecord, load_record
 
 #: The command-line flag.
 EXTEND_FLAG = "--extend-search"
@@ -38,15 +47,60 @@ JOURNAL = "study.journal"
 IDENTITY = "run.json"
 
 
-def check_source_dir(source: Path) -> None:
-    """Refuse a source that is not a run directory with a search journal (before anything loads)."""
+def check_source(source: Path) -> None:
+    """Refuse a source that is neither a run directory with a search journal nor a run record with
+    search trials (before anything loads)."""
+    if source.is_file():
+        source_record(source)
+        return
     missing = [name for name in (IDENTITY, JOURNAL) if not (source / name).is_file()]
     if missing:
         raise ConfigError(
             f"{EXTEND_FLAG} {source}: not a run directory with a search to extend (missing "
             f"{', '.join(missing)}). Give a run directory of the same run with fewer trials, "
-            "e.g. runs/<dataset>/mlrc/<loss>-<budget>-seed<N>-<hash>."
+            "e.g. runs/<dataset>/mlrc/<loss>-<budget>-seed<N>-<hash>, or its record "
+            "(results/<dataset>/mlrc/records/<loss>.<budget>.seed<N>.json)."
         )
+
+
+def source_record(path: Path) -> RunRecord:
+    """The run record ``path``, refused unless it holds a search whose trials can be replayed:
+    every trial complete or failed by its parameters, numbered 0, 1, ... in order."""
+    try:
+        record = load_record(path)
+    except RecordError as exc:
+        raise ConfigError(f"{EXTEND_FLAG} {path}: {exc}") from None
+    search = record.search
+    if search is None or not search["trials"]:
+        raise ConfigError(
+            f"{EXTEND_FLAG} {path}: this {record.protocol} record has no search trials to extend."
+        )
+    numbers = [t["number"] for t in search["trials"]]
+    if numbers != list(range(len(numbers))):
+        raise ConfigError(
+            f"{EXTEND_FLAG} {path}: its trials are numbered {numbers}, not 0..{len(numbers) - 1} in "
+            "order (a search shared by several processes); extend its run directory instead."
+        )
+    odd = [
+        t["number"]
+        for t in search["trials"]
+        if t["interrupted"]
+        or not (t["state"] == "COMPLETE" or (t["state"] == "FAIL" and t["failure"]))
+        or t["sampler_value"] is None
+    ]
+    if odd:
+        raise ConfigError(
+            f"{EXTEND_FLAG} {path}: trials {odd} are neither complete nor failed by their parameters "
+            "(interrupted or surplus); only finished trials can be replayed from a record. Extend "
+            "its run directory instead."
+        )
+    return record
+
+
+def _record_identity(record: RunRecord) -> dict[str, Any]:
+    """The ``run.json`` identity of the run that wrote ``record``."""
+    doc = record.document
+    return {key: doc[key] for key in ("protocol", "loss", "budget", "seed", "config")}
 
 
 def extension_conflicts(source: dict[str, Any], target: dict[str, Any]) -> list[str]:
@@ -68,25 +122,24 @@ def extension_conflicts(source: dict[str, Any], target: dict[str, Any]) -> list[
 def seed_run_dir(
     run_dir: Path, source: Path, identity: dict[str, Any], current_code: str, allow_mixed: bool
 ) -> dict[str, Any]:
-    """Copy ``source``'s search journal and code history into the new ``run_dir``; returns (and
-    writes to ``EXTEND_FILE``) the provenance of the copied trials.
+    """Seed the new ``run_dir`` with ``source``'s search trials and code history; returns (and
+    writes to ``EXTEND_FILE``) the provenance of those trials.
 
-    Everything is checked before anything is written, so a refusal leaves ``run_dir`` unseeded.
-    The source is locked while its journal is copied: a run still writing it is refused.
+    ``source`` is a run directory (its journal is copied, under its run lock: a run still writing it
+    is refused) or a run record (a journal is rebuilt from its trials). Everything is checked
+    before anything is written, so a refusal leaves ``run_dir`` unseeded.
     """
-    check_source_dir(source)
-    source_identity = read_json(source / IDENTITY)
+    record = source_record(source) if source.is_file() else None
+    if record is None:
+        check_source(source)
+    source_identity = read_json(source / IDENTITY) if record is None else _record_identity(record)
     conflicts = extension_conflicts(source_identity, identity)
     if conflicts:
         raise DmlbenchError(
             f"{EXTEND_FLAG} {source}: that run's search cannot be this one's first trials: it "
             f"{'; '.join(conflicts)}. Only search.n_trials may differ, and only upwards."
         )
-    history: list[dict[str, Any]] = (
-        list(read_json(source / CODE_FILE))
-        if (source / CODE_FILE).is_file()
-        else [{"code": UNRECORDED, "since": None}]
-    )
+    history = _code_history(source, record)
     if history[-1]["code"] != current_code and not allow_mixed:
         before = ", ".join(short_code(str(h["code"])) for h in history)
         raise DmlbenchError(
@@ -94,34 +147,133 @@ def seed_run_dir(
             f"{short_code(current_code)}. Pass {RESUME_FLAG} to extend it anyway; the record and the "
             "leaderboard then say that its folds mix code versions."
         )
-    key = run_lock.acquire(source)
-    try:
-        shutil.copyfile(source / JOURNAL, run_dir / JOURNAL)
-        sha = sha256_of(run_dir / JOURNAL)
-    finally:
-        run_lock.release(key)
     source_hash = config_dict_hash(source_identity["config"])
-    try:
-        _restamp(run_dir / JOURNAL, source_hash, config_dict_hash(identity["config"]))
-    except DmlbenchError:
-        (run_dir / JOURNAL).unlink()  # refused: the run directory stays unseeded
-        raise
-    timings = source / "timings.json"
+    n_trials = source_identity["config"]["search"]["n_trials"]
+    if record is None:
+        key = run_lock.acquire(source)
+        try:
+            shutil.copyfile(source / JOURNAL, run_dir / JOURNAL)
+            sha = sha256_of(run_dir / JOURNAL)
+        finally:
+            run_lock.release(key)
+        try:
+            _restamp(run_dir / JOURNAL, source_hash, config_dict_hash(identity["config"]))
+        except DmlbenchError:
+            (run_dir / JOURNAL).unlink()  # refused: the run directory stays unseeded
+            raise
+        where: dict[str, Any] = {"run_dir": str(source.resolve())}
+        timings_path = source / "timings.json"
+        timings = read_json(timings_path) if timings_path.is_file() else None
+        chain = extension_of(source)
+    else:
+        doc = record.document
+        _check_startup_points(record, source)
+        _journal_from_record(run_dir / JOURNAL, record)
+        sha = sha256_of(run_dir / JOURNAL)
+        # The record's run directory (of the machine that ran it), and the record itself.
+        where = {
+            "run_dir": doc.get("run_dir"),
+            "record": str(source.resolve()),
+            "record_sha256": sha256_of(source),
+        }
+        timings = record.timings_s
+        chain = doc.get("execution", {}).get("search_extended_from")
     provenance: dict[str, Any] = {
-        "run_dir": str(source.resolve()),
+        **where,
         "config_hash": source_hash,
-        "n_trials": source_identity["config"]["search"]["n_trials"],
+        "n_trials": n_trials,
         "journal_sha256": sha,
         "code_history": history,
         # The source's search time, which this run's timings do not include.
-        "timings_s": read_json(timings) if timings.is_file() else None,
+        "timings_s": timings,
         "copied": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         # A source that was itself extended: where its first trials came from (a chain).
-        "source_extended_from": extension_of(source),
+        "source_extended_from": chain,
     }
     write_json_atomic(run_dir / CODE_FILE, history)
     write_json_atomic(run_dir / EXTEND_FILE, provenance)
     return provenance
+
+
+def _code_history(source: Path, record: RunRecord | None) -> list[dict[str, Any]]:
+    """The code that trained ``source``'s trials, oldest first (the run directory's history)."""
+    if record is None:
+        path = source / CODE_FILE
+        if path.is_file():
+            return list(read_json(path))
+    else:
+        code = record.document.get("code")
+        if isinstance(code, dict) and code.get("run_dir_history"):
+            return list(code["run_dir_history"])
+    return [{"code": UNRECORDED, "since": None}]
+
+
+def _startup_points(record: RunRecord) -> list[dict[str, float]]:
+    """The Sobol startup points the run that wrote ``record`` enqueued (from its seed and space)."""
+    from benchmark.engine.seeds import derive_seed
+    from benchmark.losses import SearchDim
+    from benchmark.search.study import sobol_points
+
+    search = record.search
+    assert search is not None  # source_record checked it
+    space = {k: SearchDim(d["low"], d["high"], d["log"]) for k, d in search["space"].items()}
+    n_startup = record.document["config"]["search"]["n_startup_trials"]
+    # The same call as benchmark.protocol.search_stage.SearchStage.run's.
+    return sobol_points(space, n_startup, derive_seed(int(record.document["seed"]), "sobol"))
+
+
+def _check_startup_points(record: RunRecord, source: Path) -> None:
+    """Refuse a record whose Sobol trials are not the points this code enqueues for its run."""
+    assert record.search is not None
+    points = _startup_points(record)
+    sobol = [t for t in record.search["trials"] if t["origin"] == "sobol"]
+    expected = points[: len(sobol)]
+    if [(t["number"], t["params"]) for t in sobol] != list(enumerate(expected)):
+        raise DmlbenchError(
+            f"{EXTEND_FLAG} {source}: its startup trials {[t['params'] for t in sobol]} are not the "
+            f"Sobol points this code draws for its seed and space ({expected}); the rebuilt search "
+            "would not be the one the record ran. Extend its run directory instead."
+        )
+
+
+def _journal_from_record(journal: Path, record: RunRecord) -> None:
+    """Write a journal holding ``record``'s trials as its run's journal held them."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from optuna.trial import TrialState, create_trial
+
+    from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR
+
+    search = record.search
+    assert search is not None
+    dists = {k: FloatDistribution(d["low"], d["high"], log=d["log"]) for k, d in search["space"].items()}
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    # Left unstamped and not marked ready: the run stamps it with its own identity when it opens
+    # it, as it does a study whose creator stopped before its setup (storage.open_shared_study).
+    study = optuna.create_study(study_name="search", storage=storage, direction="maximize")
+    for t in search["trials"]:
+        attrs: dict[str, Any] = {"folds": t["folds"], "wall_s": t["wall_s"]}
+        if t["origin"] == "sobol":
+            attrs["origin"] = "sobol"
+        if t["fold_sem"] is not None:
+            attrs["fold_sem"] = t["fold_sem"]
+        if t["interruptions"]:
+            attrs[INTERRUPTIONS_ATTR] = t["interruptions"]
+        if t["failure"] is not None:
+            attrs[FAILURE_ATTR] = t["failure"]
+        study.add_trial(
+            create_trial(
+                state=TrialState.COMPLETE,
+                value=t["sampler_value"],
+                params=t["params"],
+                distributions={k: dists[k] for k in t["params"]},
+                user_attrs=attrs,
+            )
+        )
+    # No startup point is left to queue: a run has at least as many trials as startup points
+    # (benchmark.protocol.mlrc.check_mlrc_config), and only a finished run writes a record.
 
 
 def _restamp(journal: Path, source_hash: str, target_hash: str) -> None:
@@ -153,8 +305,10 @@ def check_resumed_extension(run_dir: Path, source: Path | None) -> None:
     if source is None:
         return
     path = run_dir / EXTEND_FILE
-    if path.is_file() and Path(read_json(path)["run_dir"]) == source.resolve():
-        return
+    if path.is_file():
+        seeded = read_json(path)
+        if Path(seeded.get("record") or seeded["run_dir"]) == source.resolve():
+            return
     raise DmlbenchError(
         f"{EXTEND_FLAG} {source}: run directory {run_dir} already holds a search of its own; a "
         "search can only be extended into a new run directory. Leave the flag out to resume it, "

@@ -29,7 +29,7 @@ from benchmark.models.pretrained import is_builtin, weights_record
 from benchmark.models.registry import trunk_spec
 from benchmark.models.weights_format import check_weights_format
 from benchmark.option_checks import validate_training_options
-from benchmark.protocol.extend_search import check_source_dir
+from benchmark.protocol.extend_search import check_source
 from benchmark.protocol.registry import file_protocol_spec, protocol_spec, resolve_run_config
 from benchmark.protocol.space import search_space
 from benchmark.search.options import DEFAULT_HEARTBEAT_S, SAMPLERS, redact_url
@@ -57,7 +57,7 @@ class RunRequest:
     worker_id: int | None = None  # set in a process started by --workers: it only runs search trials
     heartbeat: int = DEFAULT_HEARTBEAT_S  # seconds between heartbeats of a running trial (database)
     resume_mixed_code: bool = False  # resume a run directory that other code worked in
-    extend_search: Path | None = None  # a run dir whose search (fewer trials) seeds this run's
+    extend_search: Path | None = None  # a run dir or record whose search (fewer trials) seeds this run's
 
 
 #: ``--device`` values: ``auto`` (CUDA if present), ``cpu``, ``cuda`` / ``cuda:N``, ``mps``.
@@ -102,7 +102,7 @@ def check_request(req: RunRequest) -> None:
                 "--extend-search seeds the run directory's journal; it cannot be combined with "
                 f"--storage (got {redact_url(req.storage)}). Leave one of them out."
             )
-        check_source_dir(req.extend_search)
+        check_source(req.extend_search)
 
 
 def check_writable_dir(folder: Path, flag: str) -> None:
