@@ -208,6 +208,13 @@ def test_a_record_that_cannot_be_replayed_is_refused(tmp_path: Path, short_run: 
     def moved(doc: dict[str, Any]) -> None:
         doc["search"]["trials"][0]["params"]["pos_margin"] += 1e-9
 
+    def widened(doc: dict[str, Any]) -> None:
+        doc["search"]["space"]["pos_margin"]["high"] += 1.0
+
+    with pytest.raises(DmlbenchError, match="not the ones this code searches"):
+        MLRCRun(
+            _request(tmp_path / "wider", 2, extend_search=_tampered(record_path, tmp_path, widened))
+        ).run()
     with pytest.raises(DmlbenchError, match="not the Sobol points this code draws"):
         MLRCRun(
             _request(tmp_path / "extended", 2, extend_search=_tampered(record_path, tmp_path, moved))

@@ -35,7 +35,7 @@ from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.io import differing_keys, read_json, write_json_atomic
 from benchmark.models.pretrained import sha256_of
 from benchmark.protocol import run_lock
-from benchmark.records import RecordError, RunRecord, load_record
+from benchmark.records import RecordError, RunRecord, load_record, recorded_search
 
 #: The command-line flag.
 EXTEND_FLAG = "--extend-search"
@@ -167,6 +167,7 @@ def seed_run_dir(
         chain = extension_of(source)
     else:
         doc = record.document
+        _check_ranges(record, source)
         _check_startup_points(record, source)
         _journal_from_record(run_dir / JOURNAL, record)
         sha = sha256_of(run_dir / JOURNAL)
@@ -206,6 +207,20 @@ def _code_history(source: Path, record: RunRecord | None) -> list[dict[str, Any]
         if isinstance(code, dict) and code.get("run_dir_history"):
             return list(code["run_dir_history"])
     return [{"code": UNRECORDED, "since": None}]
+
+
+def _check_ranges(record: RunRecord, source: Path) -> None:
+    """Refuse a record whose search ranges or fixed parameters are not what this code searches at
+    its config: a loss's default ranges are code, which the config does not show, and a journal
+    rebuilt under other ranges would mix two searches (only possible with other code, i.e. with
+    ``--resume-mixed-code``)."""
+    from benchmark.protocol.space import searches_as_today
+
+    if not searches_as_today(record.document):
+        raise DmlbenchError(
+            f"{EXTEND_FLAG} {source}: its search ranges {recorded_search(record.document)} are not "
+            "the ones this code searches at its config; its trials cannot be this search's first ones."
+        )
 
 
 def _startup_points(record: RunRecord) -> list[dict[str, float]]:
