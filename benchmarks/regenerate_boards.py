@@ -8,6 +8,7 @@ earlier settings and reruns them one at a time:
 
     python benchmarks/regenerate_boards.py status [--datasets glyphs,omniglot]   # with a time estimate
     python benchmarks/regenerate_boards.py run [--datasets ...] [--losses ...] [--limit N] [--until 01:40]
+    python benchmarks/regenerate_boards.py run --extend-earlier   # where mini only adds trials
     python benchmarks/regenerate_boards.py adopt --from results/sensitivity/calibp10 [--datasets ...]
 
 **The plan** of a dataset is every built-in loss (the loss registry, no plugin) at search seed 0,
@@ -43,6 +44,13 @@ clone's ``runs/``, which does not survive a change of machine, so a run started 
 session that started it is often lost whole (benchmarks/README.md counts four such losses). The
 estimate is only that; stop a run that overruns with Ctrl-C (it resumes on the same machine).
 
+``run --extend-earlier`` starts each search from the board's record at earlier settings where
+today's settings differ from it only in more ``search.n_trials`` (and the search ranges are the
+same): ``dmlbench run --extend-search`` with a copy of that record (under ``runs/``, since the run
+replaces the board's file) and ``--resume-mixed-code``, so only the extra trials and the test stage
+are trained, and the record says which record its first trials came from and that its folds mix
+code versions. Any other record is searched from scratch, saying why.
+
 ``adopt --from DIR`` takes records another script already made at today's settings instead of
 rerunning them: each planned record that the board lacks or holds at earlier settings is copied
 from ``DIR/<dataset>/mlrc/records/`` (the same file name) when that record's board settings equal
@@ -57,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import shutil
 import statistics
 import sys
@@ -75,6 +84,7 @@ from benchmark.analysis.provenance import uncommitted_code_files  # noqa: E402
 from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
+from benchmark.protocol.extend_search import extension_conflicts, record_identity  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
 from benchmark.protocol.space import search_document  # noqa: E402
 from benchmark.records import (  # noqa: E402
@@ -160,6 +170,8 @@ class Target:
     search: dict[str, Any]
     """Its ``search`` ranges and fixed parameters (``{"space", "fixed"}``): a loss's default ranges
     are code, not config, so the key cannot tell a record made before a range changed."""
+    identity: dict[str, Any]
+    """Its run directory's identity (``run.json``), which ``--extend-search`` compares."""
 
 
 def target(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Target:
@@ -168,7 +180,15 @@ def target(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Target:
     model = config.model
     trunk = weights_record(model.trunk, model.pretrained, model.trunk_weights)
     key = settings_key(settings_of(config_to_dict(config), trunk))
-    return Target(key, search_document(config, entry.loss))
+    # As benchmark.protocol.base.prepare_run_dir writes it (JSON types).
+    identity = {
+        "protocol": PROTOCOL,
+        "loss": entry.loss,
+        "budget": entry.budget,
+        "seed": entry.seed,
+        "config": config_to_dict(config),
+    }
+    return Target(key, search_document(config, entry.loss), json.loads(json.dumps(identity)))
 
 
 def holds(path: Path, todays: Target) -> bool:
@@ -191,6 +211,41 @@ def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list
     if entry.dataset in data_dirs:
         cmd += ["--data-dir", str(data_dirs[entry.dataset])]
     return [*cmd, "--results-dir", str(results), "--out", str(REPO / "runs"), "--quiet"]
+
+
+def extension_refusal(path: Path, todays: Target) -> str | None:
+    """Why the board's record ``path`` cannot be the first trials of today's run (None: it can):
+    today's run must differ from it only in more trials, and search the same ranges."""
+    if not path.exists():
+        return "no earlier record"
+    record = load_record(path)
+    conflicts = extension_conflicts(record_identity(record), todays.identity)
+    if conflicts:
+        return "; ".join(conflicts)
+    if recorded_search(record.document) != todays.search:
+        return "other search ranges than this checkout's"
+    return None
+
+
+def earlier_copy(entry: Entry) -> Path:
+    """Where ``run --extend-earlier`` keeps the earlier record a run extends: the run replaces the
+    board's file when it lands, and the run directory names its source by path (and sha256)."""
+    return REPO / "runs" / entry.dataset / PROTOCOL / "earlier-records" / entry.path(Path()).name
+
+
+def extension_args(entry: Entry, data_dirs: dict[str, Path], results: Path) -> tuple[list[str], str]:
+    """``run --extend-earlier``: the options that start ``entry``'s search from the board's earlier
+    record of it, and what was decided (an empty list: it searches from scratch, and why)."""
+    board_file = entry.path(results)
+    why = extension_refusal(board_file, target(entry, data_dirs, results))
+    if why is not None:
+        return [], f"searching from scratch ({why})"
+    copy = earlier_copy(entry)
+    if not copy.exists():  # an interrupted run keeps the copy its run directory was seeded from
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(board_file, copy)
+    # The earlier record's trials were trained by earlier code: the new record says it mixes code.
+    return ["--extend-search", str(copy), "--resume-mixed-code"], f"extending its earlier record ({copy})"
 
 
 def dirty_files() -> list[str]:
@@ -336,7 +391,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.until is not None and (why := fits(entry, current, args.until)) is not None:
             print(f"not started: {label}: {why}", flush=True)
             continue
-        code = run_heavy(label, run_command(entry, args.data_dirs, args.results), REPO)
+        cmd = run_command(entry, args.data_dirs, args.results)
+        if args.extend_earlier:
+            extra, decided = extension_args(entry, args.data_dirs, args.results)
+            print(f"{label}: {decided}", flush=True)
+            cmd += extra
+        code = run_heavy(label, cmd, REPO)
         if code != 0:
             return code
         print(f"landed: {entry.path(args.results)} (commit it)", flush=True)
@@ -389,6 +449,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if name == "run":
             p.add_argument("--limit", type=int, default=None, help="stop after this many runs")
             p.add_argument("--allow-dirty", action="store_true")
+            p.add_argument(
+                "--extend-earlier",
+                action="store_true",
+                help="start each search from the board's record at earlier settings where those "
+                "differ only in fewer trials (dmlbench run --extend-search; the record then mixes "
+                "code versions)",
+            )
             p.add_argument(
                 "--until",
                 default=None,

@@ -249,3 +249,49 @@ def test_until_skips_a_record_expected_to_land_too_late_and_starts_a_shorter_one
     ran.clear()
     assert rb.main(args) == 0
     assert ran == [("cwms", "0"), ("margin", "1"), ("ms", "1"), ("cwms", "1")]
+
+
+def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_fewer_trials(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``run --extend-earlier``: a record at today's settings but with fewer trials seeds the run
+    (from a copy, since the run replaces the board's file); one at other settings does not."""
+    import json
+
+    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
+    monkeypatch.setattr(rb, "dirty_files", list)
+    monkeypatch.setattr(rb, "REPO", tmp_path / "clone")
+    repo = Path(__file__).resolve().parent.parent / "results" / "sensitivity"
+    board = tmp_path / "board" / "glyphs" / "mlrc" / "records"
+    board.mkdir(parents=True)
+    shorter = json.loads((repo / "calibp10/glyphs/mlrc/records/margin.mini.seed0.json").read_text())
+    shorter["config"]["search"]["n_trials"] = shorter["search"]["n_trials"] = 5
+    shorter["search"]["trials"] = shorter["search"]["trials"][:5]
+    (board / "margin.mini.seed0.json").write_text(json.dumps(shorter))
+    shutil.copyfile(
+        repo / "mini-earlier/glyphs/mlrc/records/ms.mini.seed0.json", board / "ms.mini.seed0.json"
+    )
+    ran: list[list[str]] = []
+
+    class FakeRun:
+        def __init__(self, cmd: list[str], cwd: Path) -> None:
+            ran.append(cmd)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    args = ["run", "--datasets", "glyphs", "--losses", "margin,ms", "--results", str(tmp_path / "board")]
+    assert rb.main([*args, "--extend-earlier"]) == 0
+    margin, ms = ran
+    copy = tmp_path / "clone" / "runs" / "glyphs" / "mlrc" / "earlier-records" / "margin.mini.seed0.json"
+    assert margin[margin.index("--extend-search") + 1] == str(copy) and "--resume-mixed-code" in margin
+    assert copy.read_bytes() == (board / "margin.mini.seed0.json").read_bytes()
+    assert "--extend-search" not in ms and "--resume-mixed-code" not in ms
+    out = capsys.readouterr().out
+    assert f"glyphs margin seed 0: extending its earlier record ({copy})" in out
+    assert "glyphs ms seed 0: searching from scratch (differs in config." in out
+    # Without the option every run searches from scratch.
+    ran.clear()
+    assert rb.main(args) == 0
+    assert all("--extend-search" not in cmd for cmd in ran) and len(ran) == 2

@@ -97,7 +97,7 @@ def source_record(path: Path) -> RunRecord:
     return record
 
 
-def _record_identity(record: RunRecord) -> dict[str, Any]:
+def record_identity(record: RunRecord) -> dict[str, Any]:
     """The ``run.json`` identity of the run that wrote ``record``."""
     doc = record.document
     return {key: doc[key] for key in ("protocol", "loss", "budget", "seed", "config")}
@@ -132,7 +132,7 @@ def seed_run_dir(
     record = source_record(source) if source.is_file() else None
     if record is None:
         check_source(source)
-    source_identity = read_json(source / IDENTITY) if record is None else _record_identity(record)
+    source_identity = read_json(source / IDENTITY) if record is None else record_identity(record)
     conflicts = extension_conflicts(source_identity, identity)
     if conflicts:
         raise DmlbenchError(
