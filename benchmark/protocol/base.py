@@ -201,6 +201,12 @@ class ProtocolRun:
         if self.__dict__.get("_lock") is not None and not self.finished_before:
             self._stamp_start()
         self.progress.message(f"run directory: {self.run_dir}" + (" (resuming)" if self.resumed else ""))
+        if source is not None and self.search_extended_from is not None:
+            n = self.search_extended_from["n_trials"]
+            self.progress.message(
+                f"search: starts from the {n} trial{'' if n == 1 else 's'} of {source} "
+                "(--extend-search); only the extra trials are trained"
+            )
 
     # -- step 5: the protocol's -----------------------------------------------------------------
     def execute(self) -> None:
