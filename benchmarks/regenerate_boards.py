@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import shutil
 import statistics
 import sys
@@ -84,7 +83,11 @@ from benchmark.analysis.provenance import uncommitted_code_files  # noqa: E402
 from benchmark.config import config_to_dict  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
-from benchmark.protocol.extend_search import extension_conflicts, record_identity  # noqa: E402
+from benchmark.protocol.extend_search import (  # noqa: E402
+    extension_conflicts,
+    record_identity,
+    run_identity,
+)
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
 from benchmark.protocol.space import search_document  # noqa: E402
 from benchmark.records import (  # noqa: E402
@@ -180,15 +183,8 @@ def target(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Target:
     model = config.model
     trunk = weights_record(model.trunk, model.pretrained, model.trunk_weights)
     key = settings_key(settings_of(config_to_dict(config), trunk))
-    # As benchmark.protocol.base.prepare_run_dir writes it (JSON types).
-    identity = {
-        "protocol": PROTOCOL,
-        "loss": entry.loss,
-        "budget": entry.budget,
-        "seed": entry.seed,
-        "config": config_to_dict(config),
-    }
-    return Target(key, search_document(config, entry.loss), json.loads(json.dumps(identity)))
+    identity = run_identity(PROTOCOL, entry.loss, entry.budget, entry.seed, config_to_dict(config))
+    return Target(key, search_document(config, entry.loss), identity)
 
 
 def holds(path: Path, todays: Target) -> bool:

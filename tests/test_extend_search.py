@@ -263,8 +263,8 @@ def test_a_committed_record_rebuilds_the_journal_its_extension_was_seeded_with(
     from optuna.storages.journal import JournalFileBackend
 
     from benchmark.engine.seeds import derive_seed
-    from benchmark.losses import SearchDim
     from benchmark.protocol.extend_search import _journal_from_record, source_record
+    from benchmark.protocol.space import space_from_document
     from benchmark.search.study import make_sampler, suggest
 
     record = source_record(source)
@@ -279,7 +279,7 @@ def test_a_committed_record_rebuilds_the_journal_its_extension_was_seeded_with(
     study.sampler = make_sampler(
         config["sampler"], derive_seed(int(record.document["seed"]), "sampler", n), config["n_startup_trials"]
     )
-    space = {k: SearchDim(d["low"], d["high"], d["log"]) for k, d in record.search["space"].items()}
+    space = space_from_document(record.search["space"])
     trials = json.loads(extended.read_text())["search"]["trials"]
     assert trials[:n] == json.loads(source.read_text())["search"]["trials"]
     assert suggest(study.ask(), space) == trials[n]["params"]

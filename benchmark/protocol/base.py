@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +41,12 @@ from benchmark.models.pretrained import weights_record
 from benchmark.models.trunks import WeightsLookup, lookup_cached_weights, trunk_spec
 from benchmark.plugins import record_sources
 from benchmark.protocol import run_lock
-from benchmark.protocol.extend_search import check_resumed_extension, extension_of, seed_run_dir
+from benchmark.protocol.extend_search import (
+    check_resumed_extension,
+    extension_of,
+    run_identity,
+    seed_run_dir,
+)
 from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
@@ -151,13 +155,7 @@ class ProtocolRun:
     def prepare_run_dir(self) -> None:
         """Create the run directory, or check that an existing one belongs to this configuration."""
         req, c = self.request, self.config
-        identity = {
-            "protocol": req.protocol,
-            "loss": req.loss,
-            "budget": req.budget,
-            "seed": req.seed,
-            "config": config_to_dict(c),
-        }
+        identity = run_identity(req.protocol, req.loss, req.budget, req.seed, config_to_dict(c))
         name = f"{req.loss}-{req.budget}-seed{req.seed}-{config_hash(c)}"
         self.run_dir = req.out / c.data.dataset / req.protocol / name
         if req.worker_id is None and not is_database_url(req.storage):
@@ -165,13 +163,11 @@ class ProtocolRun:
             # database the study's heartbeats arbitrate): a second process stops here, at once.
             self._lock = run_lock.acquire(self.run_dir)
         ident_path = self.run_dir / "run.json"
-        # The identity as run.json holds it once written (JSON types: tuples become lists).
-        expected = json.loads(json.dumps(identity))
         code = code_identity()
         if ident_path.exists():
             existing = read_json(ident_path)
-            if existing != expected:
-                differ = differing_keys(existing, expected)
+            if existing != identity:
+                differ = differing_keys(existing, identity)
                 raise DmlbenchError(
                     f"Run directory {self.run_dir} belongs to a different configuration (differs in: "
                     f"{', '.join(differ[:8])}); refusing to mix results. Use another --out or remove the "
@@ -186,7 +182,7 @@ class ProtocolRun:
         self.search_extended_from: dict[str, Any] | None = (
             extension_of(self.run_dir)
             if source is None
-            else seed_run_dir(self.run_dir, source, expected, code, req.resume_mixed_code)
+            else seed_run_dir(self.run_dir, source, identity, code, req.resume_mixed_code)
         )
         # Before run.json, so that a run directory with an identity always has a code history.
         self.code_history = check_resume_code(

@@ -25,6 +25,7 @@ startup points differ (another sampler setup) is refused.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -97,10 +98,16 @@ def source_record(path: Path) -> RunRecord:
     return record
 
 
+def run_identity(protocol: str, loss: str, budget: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's identity as its ``run.json`` holds it (JSON types: tuples become lists)."""
+    identity = {"protocol": protocol, "loss": loss, "budget": budget, "seed": seed, "config": config}
+    return dict(json.loads(json.dumps(identity)))
+
+
 def record_identity(record: RunRecord) -> dict[str, Any]:
     """The ``run.json`` identity of the run that wrote ``record``."""
     doc = record.document
-    return {key: doc[key] for key in ("protocol", "loss", "budget", "seed", "config")}
+    return run_identity(doc["protocol"], doc["loss"], doc["budget"], doc["seed"], doc["config"])
 
 
 def extension_conflicts(source: dict[str, Any], target: dict[str, Any]) -> list[str]:
@@ -226,12 +233,12 @@ def _check_ranges(record: RunRecord, source: Path) -> None:
 def _startup_points(record: RunRecord) -> list[dict[str, float]]:
     """The Sobol startup points the run that wrote ``record`` enqueued (from its seed and space)."""
     from benchmark.engine.seeds import derive_seed
-    from benchmark.losses import SearchDim
+    from benchmark.protocol.space import space_from_document
     from benchmark.search.study import sobol_points
 
     search = record.search
     assert search is not None  # source_record checked it
-    space = {k: SearchDim(d["low"], d["high"], d["log"]) for k, d in search["space"].items()}
+    space = space_from_document(search["space"])
     n_startup = record.document["config"]["search"]["n_startup_trials"]
     # The same call as benchmark.protocol.search_stage.SearchStage.run's.
     return sobol_points(space, n_startup, derive_seed(int(record.document["seed"]), "sobol"))
@@ -254,16 +261,16 @@ def _check_startup_points(record: RunRecord, source: Path) -> None:
 def _journal_from_record(journal: Path, record: RunRecord) -> None:
     """Write a journal holding ``record``'s trials as its run's journal held them."""
     import optuna
-    from optuna.distributions import FloatDistribution
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState, create_trial
 
-    from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR
+    from benchmark.protocol.space import space_from_document
+    from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR, distributions
 
     search = record.search
     assert search is not None
-    dists = {k: FloatDistribution(d["low"], d["high"], log=d["log"]) for k, d in search["space"].items()}
+    dists = distributions(space_from_document(search["space"]))
     storage = JournalStorage(JournalFileBackend(str(journal)))
     # Left unstamped and not marked ready: the run stamps it with its own identity when it opens
     # it, as it does a study whose creator stopped before its setup (storage.open_shared_study).

@@ -476,14 +476,16 @@ def param_importances(record: RecordLike) -> tuple[dict[str, float], int, float]
     were computed (too few complete trials, nothing searched).
     """
     import optuna
-    from optuna.distributions import FloatDistribution
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
     from optuna.trial import TrialState
+
+    from benchmark.protocol.space import space_from_document
+    from benchmark.search.study import distributions
 
     search = _searched(as_record(record))
     if not search["space"]:
         return "nothing was searched (empty search space)"
-    dists = {k: FloatDistribution(d["low"], d["high"], log=d["log"]) for k, d in search["space"].items()}
+    dists = distributions(space_from_document(search["space"]))
     done = [
         t
         for t in search["trials"]

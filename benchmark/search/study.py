@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
+from optuna.distributions import FloatDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
@@ -55,6 +56,11 @@ def make_sampler(name: str, seed: int, n_startup_trials: int) -> optuna.samplers
 def suggest(trial: optuna.Trial, space: Mapping[str, SearchDim]) -> dict[str, float]:
     """Draw one value per search dimension from ``trial``."""
     return {k: trial.suggest_float(k, d.low, d.high, log=d.log) for k, d in space.items()}
+
+
+def distributions(space: Mapping[str, SearchDim]) -> dict[str, FloatDistribution]:
+    """The Optuna distribution of each dimension, as :func:`suggest` draws it."""
+    return {k: FloatDistribution(d.low, d.high, log=d.log) for k, d in space.items()}
 
 
 def sobol_points(space: Mapping[str, SearchDim], n: int, seed: int) -> list[dict[str, float]]:
