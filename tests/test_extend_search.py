@@ -264,8 +264,7 @@ def test_a_committed_record_rebuilds_the_journal_its_extension_was_seeded_with(
 
     from benchmark.engine.seeds import derive_seed
     from benchmark.protocol.extend_search import _journal_from_record, source_record
-    from benchmark.protocol.space import space_from_document
-    from benchmark.search.study import make_sampler, suggest
+    from benchmark.search.study import make_sampler, space_from_document, suggest
 
     record = source_record(source)
     assert record.search is not None

@@ -233,8 +233,7 @@ def _check_ranges(record: RunRecord, source: Path) -> None:
 def _startup_points(record: RunRecord) -> list[dict[str, float]]:
     """The Sobol startup points the run that wrote ``record`` enqueued (from its seed and space)."""
     from benchmark.engine.seeds import derive_seed
-    from benchmark.protocol.space import space_from_document
-    from benchmark.search.study import sobol_points
+    from benchmark.search.study import sobol_points, space_from_document
 
     search = record.search
     assert search is not None  # source_record checked it
@@ -265,8 +264,7 @@ def _journal_from_record(journal: Path, record: RunRecord) -> None:
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState, create_trial
 
-    from benchmark.protocol.space import space_from_document
-    from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR, distributions
+    from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR, distributions, space_from_document
 
     search = record.search
     assert search is not None

@@ -61,11 +61,6 @@ def space_document(space: Mapping[str, SearchDim]) -> dict[str, ParamRangeDoc]:
     return {k: {"low": d.low, "high": d.high, "log": d.log} for k, d in space.items()}
 
 
-def space_from_document(document: Mapping[str, ParamRangeDoc]) -> dict[str, SearchDim]:
-    """A record's ``search.space`` as the search space it was (the inverse of :func:`space_document`)."""
-    return {k: SearchDim(d["low"], d["high"], d["log"]) for k, d in document.items()}
-
-
 def search_document(config: RunConfig, loss: str) -> dict[str, Any]:
     """``{"space": ..., "fixed": ...}`` as a run of ``loss`` at ``config`` records them."""
     space, fixed = search_space(config, loss)

@@ -479,8 +479,7 @@ def param_importances(record: RecordLike) -> tuple[dict[str, float], int, float]
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
     from optuna.trial import TrialState
 
-    from benchmark.protocol.space import space_from_document
-    from benchmark.search.study import distributions
+    from benchmark.search.study import distributions, space_from_document
 
     search = _searched(as_record(record))
     if not search["space"]:

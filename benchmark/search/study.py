@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.distributions import FloatDistribution
@@ -56,6 +57,16 @@ def make_sampler(name: str, seed: int, n_startup_trials: int) -> optuna.samplers
 def suggest(trial: optuna.Trial, space: Mapping[str, SearchDim]) -> dict[str, float]:
     """Draw one value per search dimension from ``trial``."""
     return {k: trial.suggest_float(k, d.low, d.high, log=d.log) for k, d in space.items()}
+
+
+def space_from_document(document: Mapping[str, Mapping[str, Any]]) -> dict[str, SearchDim]:
+    """A record's ``search.space`` as the search space it was (the inverse of
+    :func:`benchmark.protocol.space.space_document`; here, below the protocols, so that record
+    readers can use it)."""
+    return {
+        name: SearchDim(float(d["low"]), float(d["high"]), bool(d.get("log", False)))
+        for name, d in document.items()
+    }
 
 
 def distributions(space: Mapping[str, SearchDim]) -> dict[str, FloatDistribution]:
