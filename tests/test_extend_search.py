@@ -126,6 +126,24 @@ def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
     assert [h["code"] for h in record["code"]["run_dir_history"]] == [here, "f" * 40]
 
 
+def test_a_run_directory_searched_over_other_ranges_is_refused_and_left_unseeded(
+    tmp_path: Path, short_run: MLRCRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loss's default ranges are code, which run.json does not show: a journal whose trials were
+    drawn from other ranges (the source's code) cannot start this search."""
+    from benchmark.losses import LOSSES, SearchDim
+
+    with monkeypatch.context() as other_code:
+        other_code.setitem(LOSSES.get("contrastive").search_space, "pos_margin", SearchDim(-0.2, 3.0))
+        with pytest.raises(DmlbenchError, match=r"trials \[0\] were drawn from other ranges"):
+            MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run()
+    (run_dir,) = (tmp_path / "extended" / "runs" / "glyphs" / "mlrc").iterdir()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["owner.lock"]
+    # Today's ranges again: the same source is taken.
+    record = MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run().record
+    assert record["execution"]["search_extended_from"]["n_trials"] == 1
+
+
 def test_a_source_of_another_configuration_is_refused(tmp_path: Path, short_run: MLRCRun) -> None:
     other = _request(tmp_path / "extended", 2, extend_search=short_run.run_dir, seed=1)
     with pytest.raises(DmlbenchError, match=r"differs in seed\. Only search\.n_trials may differ"):

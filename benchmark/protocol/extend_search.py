@@ -8,10 +8,12 @@ journal instead of training its trials again. Only the journal is taken: the tes
 on the best trial, which more trials may change, so it is run anew.
 
 A new run directory is seeded once, before any compute: the source's ``run.json`` must equal this
-run's identity in everything but ``config.search.n_trials``, which may only grow; its code
-history is continued under the same rule as a resume (other code needs ``--resume-mixed-code``,
-and the record then says it mixes code); ``extended_from.json`` records where the trials came
-from, and the record carries it as ``execution.search_extended_from``. Torch-free.
+run's identity in everything but ``config.search.n_trials``, which may only grow; its journal's
+trials must have been drawn from the ranges this run searches (a loss's default ranges are code,
+which the identity does not show); its code history is continued under the same rule as a resume
+(other code needs ``--resume-mixed-code``, and the record then says it mixes code);
+``extended_from.json`` records where the trials came from, and the record carries it as
+``execution.search_extended_from``. Torch-free.
 
 The source may also be the shorter run's **record** (``<loss>.<budget>.seed<N>.json``), for when
 its run directory is gone (run directories are git-ignored; records are committed). A record
@@ -27,8 +29,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.analysis.provenance import CODE_FILE, RESUME_FLAG, UNRECORDED, short_code
 from benchmark.config import config_dict_hash
@@ -46,6 +49,9 @@ EXTEND_FILE = "extended_from.json"
 TRIALS_KEY = "config.search.n_trials"
 JOURNAL = "study.journal"
 IDENTITY = "run.json"
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 
 def check_source(source: Path) -> None:
@@ -164,7 +170,7 @@ def seed_run_dir(
         finally:
             run_lock.release(key)
         try:
-            _restamp(run_dir / JOURNAL, source_hash, config_dict_hash(identity["config"]))
+            _adopt_journal(run_dir / JOURNAL, source, source_hash, identity)
         except DmlbenchError:
             (run_dir / JOURNAL).unlink()  # refused: the run directory stays unseeded
             raise
@@ -296,9 +302,10 @@ def _journal_from_record(journal: Path, record: RunRecord) -> None:
     # (benchmark.protocol.mlrc.check_mlrc_config), and only a finished run writes a record.
 
 
-def _restamp(journal: Path, source_hash: str, target_hash: str) -> None:
-    """Make the copied study name this run's config: the search stage refuses a study stamped with
-    another config hash (:func:`benchmark.search.storage.open_shared_study`)."""
+def _adopt_journal(journal: Path, source: Path, source_hash: str, identity: dict[str, Any]) -> None:
+    """Make the copied study this run's: refuse it unless its trials were drawn from the ranges
+    this run searches, then stamp it with this run's config hash (the search stage refuses a study
+    stamped with another, :func:`benchmark.search.storage.open_shared_study`)."""
     # Optuna is imported here, not at the top: the flag's other checks run before it loads.
     import optuna
     from optuna.storages import JournalStorage
@@ -316,7 +323,38 @@ def _restamp(journal: Path, source_hash: str, target_hash: str) -> None:
             f"{EXTEND_FLAG}: the source's study is stamped {stored!r}, not its run.json's config hash "
             f"{source_hash}; its journal does not belong to that run directory."
         )
-    study.set_user_attr(IDENTITY_ATTR, {**stored, "config_hash": target_hash})
+    _check_journal_ranges(study.trials, identity, source)
+    study.set_user_attr(IDENTITY_ATTR, {**stored, "config_hash": config_dict_hash(identity["config"])})
+
+
+def _check_journal_ranges(trials: Sequence[FrozenTrial], identity: dict[str, Any], source: Path) -> None:
+    """Refuse journal trials drawn from other ranges than this run searches. The identity cannot
+    show it: a loss's default ranges are code, not config, so a source trained by other code
+    (``--resume-mixed-code``) may have searched other ranges, and the two searches would mix. The
+    journal keeps each trial's ranges but not the loss's fixed parameters, which are only checked
+    where the source's record is the source."""
+    from optuna.trial import TrialState
+
+    from benchmark.config import config_from_mapping
+    from benchmark.protocol.space import search_space
+    from benchmark.search.study import distributions
+
+    space, _fixed = search_space(config_from_mapping(identity["config"]), str(identity["loss"]))
+    want = distributions(space)
+    odd = {
+        t.number: t.distributions
+        for t in trials
+        if any(want.get(k) != d for k, d in t.distributions.items())
+        or (t.state == TrialState.COMPLETE and set(t.distributions) != set(want))
+    }
+    if odd:
+        first = min(odd)
+        raise DmlbenchError(
+            f"{EXTEND_FLAG} {source}: trials {sorted(odd)} were drawn from other ranges than this "
+            f"code searches at this config (trial {first}: {odd[first]}; here: "
+            f"{want}); its trials cannot be this "
+            "search's first ones."
+        )
 
 
 def check_resumed_extension(run_dir: Path, source: Path | None) -> None:
