@@ -14,6 +14,7 @@ import pytest
 from benchmark import api
 from benchmark.engine.environment import code_identity
 from benchmark.errors import ConfigError, DmlbenchError
+from benchmark.models.pretrained import sha256_of
 from benchmark.protocol import base
 from benchmark.protocol.extend_search import EXTEND_FILE, extension_conflicts
 from benchmark.protocol.mlrc_run import MLRCRun
@@ -35,8 +36,7 @@ def _request(out: Path, n_trials: int, more: dict[str, Any] | None = None, **kw:
         out=out / "runs",
         results_dir=out / "results",
         jobs=1,
-        quiet=True,
-        **kw,
+        **{"quiet": True, **kw},
     )
 
 
@@ -199,6 +199,25 @@ def test_a_record_stands_in_for_its_deleted_run_directory(
     fresh4 = MLRCRun(_request(tmp_path / "fresh4", 4, two_startup)).run().record
     assert _points(longer.record) == _points(fresh4)
     assert longer.record["execution"]["search_extended_from"]["source_extended_from"] == origin
+
+
+def test_a_record_extended_in_place_is_replaced_and_the_run_says_so(
+    tmp_path: Path, short_run: MLRCRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lengthening a record's search where it lies writes the longer record over it: the run says
+    so before training, and the new record names the old one's hash."""
+    source = short_run.run().record_path
+    old_sha = sha256_of(source)
+    capsys.readouterr()
+    result = MLRCRun(_request(tmp_path / "short", 2, extend_search=source, quiet=False)).run()
+    said = "".join(capsys.readouterr())
+    assert result.record_path == source
+    assert f"this run's record will replace its source {source}" in said
+    assert len(json.loads(source.read_text())["search"]["trials"]) == 2
+    assert result.record["execution"]["search_extended_from"]["record_sha256"] == old_sha
+    # Another results directory: nothing is replaced, and nothing said of it.
+    MLRCRun(_request(tmp_path / "elsewhere", 2, extend_search=source, quiet=False)).run()
+    assert "will replace" not in "".join(capsys.readouterr())
 
 
 def _tampered(record_path: Path, tmp_path: Path, change: Any) -> Path:

@@ -203,6 +203,13 @@ class ProtocolRun:
                 f"search: starts from the {n} trial{'' if n == 1 else 's'} of {source} "
                 "(--extend-search); only the extra trials are trained"
             )
+            if source.is_file() and source.resolve() == self.results_record_path().resolve():
+                # Extending a record in place is the usual way to lengthen a board's search; say
+                # so, since its earlier test results are then kept only by git.
+                self.progress.message(
+                    f"search: this run's record will replace its source {source} when it ends "
+                    "(the source's sha256 and timings stay in execution.search_extended_from)"
+                )
 
     # -- step 5: the protocol's -----------------------------------------------------------------
     def execute(self) -> None:
@@ -264,6 +271,13 @@ class ProtocolRun:
         reader, :mod:`benchmark.records`)."""
         raise NotImplementedError
 
+    def results_record_path(self) -> Path:
+        """Where the record goes under ``results_dir``: one file per loss, budget and seed, so a
+        later run of them replaces it."""
+        req = self.request
+        name = f"{self.loss_spec.name}.{req.budget}.seed{req.seed}.json"
+        return req.results_dir / self.config.data.dataset / req.protocol / "records" / name
+
     def write_record(self) -> None:
         """Write the record into the run directory, then under ``results_dir`` (the leaderboard's input).
 
@@ -272,14 +286,7 @@ class ProtocolRun:
         directory whose record is already written is finished: a re-run reuses its record as it
         is (byte-identical), after writing it back under ``results_dir`` if it went missing there.
         """
-        req = self.request
-        self.record_path = (
-            req.results_dir
-            / self.config.data.dataset
-            / req.protocol
-            / "records"
-            / f"{self.loss_spec.name}.{req.budget}.seed{req.seed}.json"
-        )
+        self.record_path = self.results_record_path()
         finished = self.run_dir / "record.json"
         if self.finished_before:
             self.record = read_json(finished)
