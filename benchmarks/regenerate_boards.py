@@ -81,13 +81,10 @@ from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.analysis.provenance import uncommitted_code_files  # noqa: E402
 from benchmark.config import config_to_dict  # noqa: E402
+from benchmark.errors import DmlbenchError  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
-from benchmark.protocol.extend_search import (  # noqa: E402
-    extension_conflicts,
-    record_identity,
-    run_identity,
-)
+from benchmark.protocol.extend_search import check_record_source, run_identity  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
 from benchmark.protocol.space import search_document  # noqa: E402
 from benchmark.records import (  # noqa: E402
@@ -211,15 +208,14 @@ def run_command(entry: Entry, data_dirs: dict[str, Path], results: Path) -> list
 
 def extension_refusal(path: Path, todays: Target) -> str | None:
     """Why the board's record ``path`` cannot be the first trials of today's run (None: it can):
-    today's run must differ from it only in more trials, and search the same ranges."""
+    what ``--extend-search`` would refuse (``check_record_source``), asked before the run starts so
+    that a refused record means a search from scratch rather than a failed run."""
     if not path.exists():
         return "no earlier record"
-    record = load_record(path)
-    conflicts = extension_conflicts(record_identity(record), todays.identity)
-    if conflicts:
-        return "; ".join(conflicts)
-    if recorded_search(record.document) != todays.search:
-        return "other search ranges than this checkout's"
+    try:
+        check_record_source(path, todays.identity)
+    except DmlbenchError as exc:
+        return str(exc)
     return None
 
 

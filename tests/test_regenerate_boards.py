@@ -290,8 +290,18 @@ def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_f
     assert "--extend-search" not in ms and "--resume-mixed-code" not in ms
     out = capsys.readouterr().out
     assert f"glyphs margin seed 0: extending its earlier record ({copy})" in out
-    assert "glyphs ms seed 0: searching from scratch (differs in config." in out
+    assert "glyphs ms seed 0: searching from scratch (--extend-search " in out
+    assert "it differs in config." in out
     # Without the option every run searches from scratch.
     ran.clear()
     assert rb.main(args) == 0
     assert all("--extend-search" not in cmd for cmd in ran) and len(ran) == 2
+    # A record that --extend-search would refuse (here: an interrupted trial) is searched from
+    # scratch, not handed to a run that would fail.
+    shorter["search"]["trials"][3]["interrupted"] = True
+    (board / "margin.mini.seed0.json").write_text(json.dumps(shorter))
+    copy.unlink()
+    ran.clear()
+    assert rb.main([*args, "--extend-earlier"]) == 0
+    assert all("--extend-search" not in cmd for cmd in ran) and not copy.exists()
+    assert "trials [3] are neither complete nor failed" in capsys.readouterr().out

@@ -142,16 +142,14 @@ def seed_run_dir(
     is refused) or a run record (a journal is rebuilt from its trials). Everything is checked
     before anything is written, so a refusal leaves ``run_dir`` unseeded.
     """
-    record = source_record(source) if source.is_file() else None
-    if record is None:
+    record: RunRecord | None = None
+    if source.is_file():
+        record = check_record_source(source, identity)
+        source_identity = record_identity(record)
+    else:
         check_source(source)
-    source_identity = read_json(source / IDENTITY) if record is None else record_identity(record)
-    conflicts = extension_conflicts(source_identity, identity)
-    if conflicts:
-        raise DmlbenchError(
-            f"{EXTEND_FLAG} {source}: that run's search cannot be this one's first trials: it "
-            f"{'; '.join(conflicts)}. Only search.n_trials may differ, and only upwards."
-        )
+        source_identity = read_json(source / IDENTITY)
+        _check_identity(source, source_identity, identity)
     history = _code_history(source, record)
     if history[-1]["code"] != current_code and not allow_mixed:
         before = ", ".join(short_code(str(h["code"])) for h in history)
@@ -180,8 +178,6 @@ def seed_run_dir(
         chain = extension_of(source)
     else:
         doc = record.document
-        _check_ranges(record, source)
-        _check_startup_points(record, source)
         _journal_from_record(run_dir / JOURNAL, record)
         sha = sha256_of(run_dir / JOURNAL)
         # The record's run directory (of the machine that ran it), and the record itself.
@@ -207,6 +203,27 @@ def seed_run_dir(
     write_json_atomic(run_dir / CODE_FILE, history)
     write_json_atomic(run_dir / EXTEND_FILE, provenance)
     return provenance
+
+
+def check_record_source(source: Path, identity: dict[str, Any]) -> RunRecord:
+    """The run record ``source``, refused (:class:`DmlbenchError`, naming why) unless its trials can
+    be the first trials of a run with ``identity``: every check :func:`seed_run_dir` makes of a
+    record but the code check (other code may extend it with ``--resume-mixed-code``). Torch-free,
+    no compute: a caller may ask before deciding to extend."""
+    record = source_record(source)
+    _check_identity(source, record_identity(record), identity)
+    _check_ranges(record, source)
+    _check_startup_points(record, source)
+    return record
+
+
+def _check_identity(source: Path, source_identity: dict[str, Any], identity: dict[str, Any]) -> None:
+    conflicts = extension_conflicts(source_identity, identity)
+    if conflicts:
+        raise DmlbenchError(
+            f"{EXTEND_FLAG} {source}: that run's search cannot be this one's first trials: it "
+            f"{'; '.join(conflicts)}. Only search.n_trials may differ, and only upwards."
+        )
 
 
 def _code_history(source: Path, record: RunRecord | None) -> list[dict[str, Any]]:
