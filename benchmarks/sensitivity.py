@@ -693,18 +693,13 @@ def other_source_notes(
     # Which seed spread the intervals assume is itself a choice: with 2 df per loss it can decide
     # a verdict, so the table shows the other defensible choice beside its own.
     seeds = {loss: len(variant_paths(against, TAU_DATASET, loss)) for loss in FAMILIES}
+    tau = tau_model(mode, source=against)
     of: dict[str, tuple[float, int]]
     if min(seeds.values()) >= 2:
-        tau = tau_model(mode, source=against)
         of = {loss: tau.of(loss) for loss in FAMILIES}
         source = f"at least {min(seeds.values())} seeds per loss; {tau.variance.describe()}"
     else:
-        own = {
-            loss: own_seed_variance(load_groups(variant_paths(against, TAU_DATASET, loss), mode))
-            for loss in FAMILIES
-            if seeds[loss] >= 2
-        }
-        of = {loss: tau_df for loss, tau_df in own.items() if tau_df is not None}
+        of = dict(tau.own)
         spreads = [f"{loss} {seeds[loss]} seeds, tau {100 * math.sqrt(t):.2f}" for loss, (t, _) in of.items()]
         source = "each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: " + ", ".join(
             spreads
