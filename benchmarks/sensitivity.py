@@ -875,7 +875,8 @@ def paired_half(variant: str, against: str, dataset: str) -> list[str]:
             ]
             each = ", ".join(f"{s}: {100 * c:+.2f}{m}" for s, c, m in zip(seeds, changes, marks, strict=True))
             if len(seeds) == 1:
-                summary = "one pair: no interval"
+                # One pair has no spread over seeds; its uncertainty is the unpaired cell's (tau).
+                summary = "one pair: no paired interval (its interval: the table above)"
             else:
                 interval = t_interval(changes)
                 inside = interval.low <= 0 <= interval.high

@@ -619,8 +619,8 @@ def test_a_single_shared_seed_gets_its_change_without_an_interval(
     lines = sens.paired_half("calibp10x2", "calibp10", "glyphs")
     rows = [line for line in lines if line.startswith("| margin")]
     assert rows == [
-        "| margin | separated | 0: +0.00 | one pair: no interval |",
-        "| margin | concatenated | 0: +0.00 | one pair: no interval |",
+        "| margin | separated | 0: +0.00 | one pair: no paired interval (its interval: the table above) |",
+        "| margin | concatenated | 0: +0.00 | one pair: no paired interval (its interval: the table above) |",
     ], rows
 
 
