@@ -368,9 +368,8 @@ def _check_journal_ranges(trials: Sequence[FrozenTrial], identity: dict[str, Any
         first = min(odd)
         raise DmlbenchError(
             f"{EXTEND_FLAG} {source}: trials {sorted(odd)} were drawn from other ranges than this "
-            f"code searches at this config (trial {first}: {odd[first]}; here: "
-            f"{want}); its trials cannot be this "
-            "search's first ones."
+            f"code searches at this config (trial {first}: {odd[first]}; here: {want}); its trials "
+            "cannot be this search's first ones."
         )
 
 
