@@ -30,13 +30,12 @@ TINY = {
 
 def _request(out: Path, n_trials: int, more: dict[str, Any] | None = None, **kw: Any) -> RunRequest:
     return RunRequest(
-        loss="contrastive",
         budget="smoke",
         overrides={**TINY, **(more or {}), "search.n_trials": n_trials},
         out=out / "runs",
         results_dir=out / "results",
         jobs=1,
-        **{"quiet": True, **kw},
+        **{"loss": "contrastive", "quiet": True, **kw},
     )
 
 
@@ -126,6 +125,17 @@ def test_a_source_from_other_code_is_refused_unless_asked_and_leaves_nothing(
     assert [h["code"] for h in record["code"]["run_dir_history"]] == [here, "f" * 40]
 
 
+def _forget_what_the_study_searches(run_dir: Path) -> None:
+    """Make ``run_dir``'s journal one written before studies recorded what they search."""
+    from benchmark.search.storage import SEARCH_ATTR
+
+    journal = run_dir / "study.journal"
+    lines = journal.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if SEARCH_ATTR not in json.loads(line).get("user_attr", {})]
+    assert len(kept) == len(lines) - 1
+    journal.write_text("".join(kept))
+
+
 def test_a_run_directory_searched_over_other_ranges_is_refused_and_left_unseeded(
     tmp_path: Path, short_run: MLRCRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,6 +145,12 @@ def test_a_run_directory_searched_over_other_ranges_is_refused_and_left_unseeded
 
     with monkeypatch.context() as other_code:
         other_code.setitem(LOSSES.get("contrastive").search_space, "pos_margin", SearchDim(-0.2, 3.0))
+        with pytest.raises(
+            DmlbenchError, match=r"created to search \{'space': \{'pos_margin': \{'low': -0\.2, 'high': 2\.0"
+        ):
+            MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run()
+        # A journal written before studies said what they search: its trials' ranges still tell.
+        _forget_what_the_study_searches(short_run.run_dir)
         with pytest.raises(DmlbenchError, match=r"trials \[0\] were drawn from other ranges"):
             MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run()
     (run_dir,) = (tmp_path / "extended" / "runs" / "glyphs" / "mlrc").iterdir()
@@ -142,6 +158,25 @@ def test_a_run_directory_searched_over_other_ranges_is_refused_and_left_unseeded
     # Today's ranges again: the same source is taken.
     record = MLRCRun(_request(tmp_path / "extended", 2, extend_search=short_run.run_dir)).run().record
     assert record["execution"]["search_extended_from"]["n_trials"] == 1
+
+
+def test_a_run_directory_with_other_fixed_parameters_is_refused_and_left_unseeded(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loss's fixed values on a dataset are code too, and a fixed parameter that is never searched
+    leaves no trace in the trials' ranges: the study says what it was created to search."""
+    from benchmark.losses import LOSSES
+
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache_dir))
+    with monkeypatch.context() as other_code:
+        # SoftTriple's centers per class is fixed on SOP and never searched anywhere.
+        other_code.setitem(LOSSES.get("softtriple").dataset_defaults, "glyphs", {"centers_per_class": 2})
+        source = MLRCRun(_request(tmp_path / "short", 1, loss="softtriple"))
+        source.run()
+    with pytest.raises(DmlbenchError, match=r"created to search .*'fixed': \{'centers_per_class': 2\.0\}"):
+        MLRCRun(_request(tmp_path / "extended", 2, loss="softtriple", extend_search=source.run_dir)).run()
+    (run_dir,) = (tmp_path / "extended" / "runs" / "glyphs" / "mlrc").iterdir()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["owner.lock"]
 
 
 def test_a_source_of_another_configuration_is_refused(tmp_path: Path, short_run: MLRCRun) -> None:

@@ -9,8 +9,9 @@ on the best trial, which more trials may change, so it is run anew.
 
 A new run directory is seeded once, before any compute: the source's ``run.json`` must equal this
 run's identity in everything but ``config.search.n_trials``, which may only grow; its journal's
-trials must have been drawn from the ranges this run searches (a loss's default ranges are code,
-which the identity does not show); its code history is continued under the same rule as a resume
+study must have searched the ranges and fixed parameters this run does (a loss's defaults are
+code, which the identity does not show; a journal older than the study's record of them is checked
+by its trials' ranges alone); its code history is continued under the same rule as a resume
 (other code needs ``--resume-mixed-code``, and the record then says it mixes code);
 ``extended_from.json`` records where the trials came from, and the record carries it as
 ``execution.search_extended_from``. Torch-free.
@@ -29,7 +30,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ JOURNAL = "study.journal"
 IDENTITY = "run.json"
 
 if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial
+    import optuna
 
 
 def check_source(source: Path) -> None:
@@ -287,6 +287,7 @@ def _journal_from_record(journal: Path, record: RunRecord) -> None:
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState, create_trial
 
+    from benchmark.search.storage import SEARCH_ATTR
     from benchmark.search.study import FAILURE_ATTR, INTERRUPTIONS_ATTR, distributions, space_from_document
 
     search = record.search
@@ -296,6 +297,7 @@ def _journal_from_record(journal: Path, record: RunRecord) -> None:
     # Left unstamped and not marked ready: the run stamps it with its own identity when it opens
     # it, as it does a study whose creator stopped before its setup (storage.open_shared_study).
     study = optuna.create_study(study_name="search", storage=storage, direction="maximize")
+    study.set_user_attr(SEARCH_ATTR, recorded_search(record.document))
     for t in search["trials"]:
         attrs: dict[str, Any] = {"folds": t["folds"], "wall_s": t["wall_s"]}
         if t["origin"] == "sobol":
@@ -340,27 +342,36 @@ def _adopt_journal(journal: Path, source: Path, source_hash: str, identity: dict
             f"{EXTEND_FLAG}: the source's study is stamped {stored!r}, not its run.json's config hash "
             f"{source_hash}; its journal does not belong to that run directory."
         )
-    _check_journal_ranges(study.trials, identity, source)
+    _check_journal_ranges(study, identity, source)
     study.set_user_attr(IDENTITY_ATTR, {**stored, "config_hash": config_dict_hash(identity["config"])})
 
 
-def _check_journal_ranges(trials: Sequence[FrozenTrial], identity: dict[str, Any], source: Path) -> None:
-    """Refuse journal trials drawn from other ranges than this run searches. The identity cannot
-    show it: a loss's default ranges are code, not config, so a source trained by other code
-    (``--resume-mixed-code``) may have searched other ranges, and the two searches would mix. The
-    journal keeps each trial's ranges but not the loss's fixed parameters, which are only checked
-    where the source's record is the source."""
+def _check_journal_ranges(study: optuna.Study, identity: dict[str, Any], source: Path) -> None:
+    """Refuse a study that searched other ranges or other fixed parameters than this run does. The
+    identity cannot show them: a loss's defaults are code, not config, so a source trained by other
+    code (``--resume-mixed-code``) may have searched another space, and the two searches would mix.
+    The study says what it was created to search (``SEARCH_ATTR``); a journal written before it did
+    is checked by its trials' ranges alone, as it keeps no fixed parameters."""
     from optuna.trial import TrialState
 
     from benchmark.config import config_from_mapping
-    from benchmark.protocol.space import search_space
+    from benchmark.protocol.space import search_document, search_space
+    from benchmark.search.storage import SEARCH_ATTR
     from benchmark.search.study import distributions
 
-    space, _fixed = search_space(config_from_mapping(identity["config"]), str(identity["loss"]))
+    config, loss = config_from_mapping(identity["config"]), str(identity["loss"])
+    stored = study.user_attrs.get(SEARCH_ATTR)
+    today = json.loads(json.dumps(search_document(config, loss)))
+    if stored is not None and stored != today:
+        raise DmlbenchError(
+            f"{EXTEND_FLAG} {source}: its study was created to search {stored}, not what this code "
+            f"searches at this config ({today}); its trials cannot be this search's first ones."
+        )
+    space, _fixed = search_space(config, loss)
     want = distributions(space)
     odd = {
         t.number: t.distributions
-        for t in trials
+        for t in study.trials
         if any(want.get(k) != d for k, d in t.distributions.items())
         or (t.state == TrialState.COMPLETE and set(t.distributions) != set(want))
     }

@@ -38,8 +38,10 @@ from benchmark.faults import kill_point
 from benchmark.losses import SearchDim
 from benchmark.protocol.progress import Progress
 from benchmark.protocol.request import RunRequest
+from benchmark.protocol.space import space_document
 from benchmark.records import TrialDoc
 from benchmark.search.storage import (
+    SEARCH_ATTR,
     fail_stale,
     heartbeat,
     is_database_url,
@@ -151,9 +153,7 @@ class SearchStage:
             study_name(req, c, self.loss),
             sampler,
             study_identity(req, c, self.loss),
-            lambda s: enqueue_startup(
-                s, self.search_space, c.search.n_startup_trials, derive_seed(req.seed, "sobol")
-            ),
+            self._set_up,
             exclusive=exclusive,
         )
         if exclusive:
@@ -190,6 +190,13 @@ class SearchStage:
             f"search: best trial #{self.best.number + 1} mean val MAP@R {self.best.value:.4f} "
             f"params {_fmt_params(self.best.params)}"
         )
+
+    def _set_up(self, study: optuna.Study) -> None:
+        """Say what the new study searches, then queue its Sobol startup points."""
+        search = {"space": space_document(self.search_space), "fixed": dict(self.fixed_params)}
+        study.set_user_attr(SEARCH_ATTR, search)
+        c, seed = self.config, self.request.seed
+        enqueue_startup(study, self.search_space, c.search.n_startup_trials, derive_seed(seed, "sobol"))
 
     def _sampler_for(self, position: int) -> optuna.samplers.BaseSampler:
         """A new sampler for the trial asked when ``position`` trials are counted.

@@ -52,6 +52,10 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 IDENTITY_ATTR = "dmlbench_identity"
 READY_ATTR = "dmlbench_ready"
+#: The ranges and fixed hyperparameters a study was created to search (``{"space", "fixed"}`` as a
+#: record's ``search`` block holds them). The identity cannot hold them: a loss's defaults are code,
+#: not config. Journals written before it existed lack it.
+SEARCH_ATTR = "dmlbench_search"
 
 
 def repair_torn_journal(path: Path) -> str | None:
