@@ -252,13 +252,15 @@ def test_the_committed_tables_are_what_their_generating_command_writes(doc: str,
 def _glyphs_margin_calibp10x2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[ModuleType, Path, dict[str, Any]]:
-    """The sensitivity module reading ``tmp_path``: the committed variants, and as the only
-    ``calibp10x2`` record a copy of glyphs margin's ``calibp10`` one (its path and document,
-    to rewrite)."""
+    """The sensitivity module reading ``tmp_path``: the committed earlier ``mini`` rows, glyphs
+    margin's ``calibp10`` record, and as the only ``calibp10x2`` record a copy of it (its path and
+    document, to rewrite)."""
     sens = _module()
     source = sens.variant_paths("calibp10", "glyphs", "margin")[0]
-    for name in ("mini-earlier", "calibp10"):
-        (tmp_path / name).symlink_to(sens.OUT_ROOT / name)
+    (tmp_path / "mini-earlier").symlink_to(sens.OUT_ROOT / "mini-earlier")
+    reference = tmp_path / "calibp10" / "glyphs" / "mlrc" / "records" / source.name
+    reference.parent.mkdir(parents=True)
+    reference.write_bytes(source.read_bytes())  # margin alone: other losses' cells have other folds
     monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
     monkeypatch.setattr(sens, "BOARD_ROOT", tmp_path / "no-board")  # only the variant's own records
     target = tmp_path / "calibp10x2" / "glyphs" / "mlrc" / "records" / source.name
@@ -428,11 +430,13 @@ def _copy_record(
 def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``calibp10`` is today's ``mini``: a board record made at the board settings of the variant's
-    own records (of any loss) is its reference too, so the check needs no second run of it; a
-    board record at other settings is not, a seed the variant ran itself is not counted twice, and
-    a variant without records of its own takes none from the board."""
+    """Of the variant that is today's ``mini`` (here ``calibp10``, as it was), a board record made
+    at the board settings of the variant's own records (of any loss) is its reference too, so the
+    check needs no second run of it; a board record at other settings is not, a seed the variant
+    ran itself is not counted twice, a variant without records of its own takes none from the
+    board, and neither does another variant whose own records have the same settings."""
     sens = _module()
+    monkeypatch.setattr(sens, "MINI_VARIANT", "calibp10")
     committed = REPO / "results" / "glyphs" / "mlrc" / "records"
     own = sens.OUT_ROOT / "calibp10" / "glyphs" / "mlrc" / "records" / "margin.mini.seed0.json"
     sens_root, board_root = tmp_path / "sensitivity", tmp_path / "results"
@@ -458,6 +462,8 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     assert sens.variant_paths("calibp10", "glyphs", "ms") == []
     assert sens.variant_paths("calibp10", "glyphs", "arcface") == []
     assert sens.variant_paths("calibp10x2", "glyphs", "contrastive") == []  # no records of its own
+    _copy_record(own, sens_root / "calib2x" / "glyphs" / "mlrc" / "records" / own.name)
+    assert sens.variant_paths("calib2x", "glyphs", "contrastive") == []  # same settings, not today's mini
 
     lines = sens.table("separated", "sep", ["calibp10x2"], "calibp10", "glyphs")
     (row,) = [line for line in lines if line.startswith("| contrastive |")]
@@ -475,6 +481,14 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
         "calibp10 contrastive (glyphs): the board's record is at this variant's settings"
         in capsys.readouterr().out
     )
+
+
+def test_the_variant_named_todays_mini_is_mini() -> None:
+    """``MINI_VARIANT`` sets only what ``mini`` sets, so it must be renamed when ``mini`` changes;
+    the variant that was ``mini`` before it (``calibp10``, 10 trials) no longer is."""
+    sens = _module()
+    assert sens.is_todays_mini(sens.MINI_VARIANT)
+    assert not sens.is_todays_mini("calibp10")
 
 
 @pytest.mark.parametrize("mode", ["separated", "concatenated"])
