@@ -34,6 +34,7 @@ from benchmark.regress.compare import (
     tolerance_from_seeds,
     verdict,
 )
+from benchmark.regress.training import case_config, comparable_config
 
 # ---------------------------------------------------------------------------------------------
 # Tolerances and verdicts
@@ -299,6 +300,28 @@ def test_select_cases_filters_and_errors() -> None:
         select_cases(suite, names=["glyphs/ms"])
     with pytest.raises(UnknownNameError, match="regression loss 'ms'"):
         select_cases(suite, losses=["ms"])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "comparable"),
+    [
+        # Never read by a case (it neither searches nor retrains for a test stage): still comparable.
+        ("search.n_trials", 7, True),
+        ("search.log_wide_ranges", False, True),
+        ("test.reps", 2, True),
+        # Read by the fold training: a baseline made otherwise is not comparable.
+        ("train.lr", 3e-4, False),
+        ("train.patience", 4, False),
+        ("eval.knn", "hnsw", False),
+    ],
+)
+def test_the_identity_holds_what_a_case_reads(key: str, value: Any, comparable: bool) -> None:
+    suite = parse_suite(TINY, Path("suite.toml"))
+    changed = parse_suite(_with("regress.set", {**TINY["regress"]["set"], key: value}), Path("suite.toml"))
+    case = select_cases(suite, names=["glyphs/mfcont"])[0]
+    before = comparable_config(case_config(case, suite.settings))
+    after = comparable_config(case_config(case, changed.settings))
+    assert (before == after) is comparable, differing_keys(before, after)
 
 
 # ---------------------------------------------------------------------------------------------
