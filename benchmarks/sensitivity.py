@@ -43,6 +43,13 @@ changed at a time and compares each loss's test MAP@R with its earlier ``mini`` 
   search on its host: on the board's host they equal the board record's (benchmarks/README.md).
   Every loss of the study passed that check, so ``calibt20`` is today's ``mini``.
 
+**Spot checks.** ``run --losses`` also takes the losses of :data:`SPOT_CHECKS`, outside the study:
+the many-parameter mean-field losses, whose glyphs board searches at today's ``mini`` both chose
+their last trial. ``run --dataset glyphs --variants calibt20x2 --losses mfcwms`` is the doubled
+check of one of them; its reference is the glyphs board record (``calibt20`` has no glyphs records
+of its own, so the board's at today's settings count: :func:`board_paths`). A table gives such a
+loss a row below the six, on the six's seed-mean variance, and leaves it out of the family gap.
+
 Usage (from the repository root of a clean clone; runs are resumable, one at a time, each taking
 the heavy-work lock so nothing else heavy shares the cores)::
 
@@ -191,6 +198,14 @@ FAMILIES: dict[str, str] = {
     "arcface": "class/proxy",
     "proxyanchor": "class/proxy",
 }
+#: Losses outside the study that ``run --losses`` also takes, one check at a time: the
+#: many-parameter mean-field losses, whose 20-trial glyphs board searches both chose their last
+#: trial, so the six losses' pass says least about them. In a table they get rows below the six,
+#: take the six's seed-mean variance (their own seed spread is not measured) and stay out of the
+#: family gap; a spot-check loss with no record of any variant shown gets no row.
+SPOT_CHECKS: dict[str, str] = {"mfcwms": "class/proxy", "mfcont": "class/proxy"}
+#: Every loss a check may have records of: the study's, then the spot checks.
+CHECKED: dict[str, str] = {**FAMILIES, **SPOT_CHECKS}
 #: The study's dataset (the issue's); ``--dataset glyphs`` reruns the calibration check on the
 #: embedded dataset, whose long-patience survey showed the candidate's stop cutting pair-based folds.
 DATASETS = ("omniglot", "glyphs")
@@ -320,8 +335,8 @@ class TauModel:
             return self.variance.tau2, self.variance.df
         return self.own[loss]
 
-    def header(self, borrowed: str) -> str:
-        """The section's line on the seed-mean variance."""
+    def header(self, borrowed: str, losses: Sequence[str] = tuple(FAMILIES)) -> str:
+        """The section's line on the seed-mean variance of the rows of ``losses``."""
         v = self.variance
         if v.pooled:
             return (
@@ -329,7 +344,7 @@ class TauModel:
                 f" of freedom{borrowed} ({v.test()}: equal seed spreads not rejected)."
             )
         own = ", ".join(f"{loss} {100 * math.sqrt(t):.2f} ({df} df)" for loss, (t, df) in self.own.items())
-        lone = [loss for loss in FAMILIES if loss not in self.own]
+        lone = [loss for loss in losses if loss not in self.own]
         lent = (
             f"; {', '.join(lone)} borrow the pool's {100 * math.sqrt(v.tau2):.2f} ({v.df} df)" if lone else ""
         )
@@ -417,7 +432,9 @@ def board_paths(variant: str, dataset: str, loss: str) -> list[Path]:
     ``space.X`` (``run`` sets none) and today's ranges and fixed parameters for the loss
     (:func:`benchmark.protocol.space.searches_as_today`; the ranges are code, which the settings
     leave out). Only :data:`MINI_VARIANT`, the variant that is today's ``mini``, takes board
-    records, so it takes its references from the regenerated boards instead of rerunning them.
+    records, so it takes its references from the regenerated boards instead of rerunning them;
+    on a dataset where it has no record of its own, at the settings a run would use now
+    (:func:`todays_key`).
     Another variant may share some board settings (``calib2x`` has ``calibt20``'s) but keeps its
     own records only: its pages then do not change as the boards are regenerated."""
     if variant != MINI_VARIANT:
@@ -425,7 +442,9 @@ def board_paths(variant: str, dataset: str, loss: str) -> list[Path]:
     folder = OUT_ROOT / variant / dataset / "mlrc" / "records"
     keys = {record_facts(p).key for p in folder.glob("*.mini.seed*.json")}
     if not keys:
-        return []
+        # No record of its own on this dataset (glyphs, where only the boards ran today's mini):
+        # its settings are today's mini (a test holds it so), the board settings a run would use now.
+        keys = {todays_key(dataset, loss)}
     seeds = {record_facts(p).seed for p in own_paths(variant, dataset, loss)}
     board = sorted((BOARD_ROOT / dataset / "mlrc" / "records").glob(f"{loss}.mini.seed*.json"))
     return [
@@ -433,6 +452,15 @@ def board_paths(variant: str, dataset: str, loss: str) -> list[Path]:
         for p in board
         if (facts := record_facts(p)).seed not in seeds and facts.key in keys and facts.as_run_would
     ]
+
+
+@functools.cache
+def todays_key(dataset: str, loss: str) -> str:
+    """The board key of a ``mini`` run of ``loss`` on ``dataset`` by this checkout (one preflight
+    of ``benchmarks/regenerate_boards.py``, no compute; omniglot read from its default folder)."""
+    from regenerate_boards import DEFAULT_DATA_DIRS, Entry, target
+
+    return target(Entry(dataset, loss, 0), DEFAULT_DATA_DIRS, BOARD_ROOT).key
 
 
 class RecordFacts(NamedTuple):
@@ -468,6 +496,29 @@ def variant_paths(variant: str, dataset: str, loss: str) -> list[Path]:
     return [*own_paths(variant, dataset, loss), *board_paths(variant, dataset, loss)]
 
 
+def shown_losses(variants: Sequence[str], dataset: str) -> dict[str, str]:
+    """A table's rows on ``dataset``, loss -> family: the study's six, then each spot check of which
+    one of ``variants`` has a record there."""
+    spot = {
+        loss: family
+        for loss, family in SPOT_CHECKS.items()
+        if any(variant_paths(v, dataset, loss) for v in variants)
+    }
+    return {**FAMILIES, **spot}
+
+
+def spot_check_note(losses: Sequence[str]) -> list[str]:
+    """The footnote of a table with spot-check rows (``losses``, outside the study)."""
+    if not losses:
+        return []
+    return [
+        "",
+        f"Spot checks ({', '.join(losses)}): losses outside the study, each run alone at these settings."
+        " Their cells take the six losses' seed-mean variance (their own seed spread is not measured),"
+        " their tests count in the Holm correction below, and the family gap leaves them out.",
+    ]
+
+
 def table(
     mode: str, label: str, variants: Sequence[str], against: str | None = None, dataset: str = "omniglot"
 ) -> list[str]:
@@ -477,9 +528,10 @@ def table(
     :data:`TAU_DATASET` ``mini`` rows either way (:class:`TauModel`)."""
     tau = tau_model(mode)
     reference = "earlier mini (seeds)" if against is None else f"{against} (seeds)"
+    rows = shown_losses(variants, dataset)
     base_paths = {
         loss: paths
-        for loss in FAMILIES
+        for loss in rows
         if (paths := mini_paths(dataset, loss) if against is None else variant_paths(against, dataset, loss))
     }
     base = {
@@ -487,7 +539,7 @@ def table(
     }
     lines = [f"### {label}", ""]
     borrowed = "" if dataset == TAU_DATASET else f", borrowed from the {TAU_DATASET} rows"
-    lines.append(tau.header(borrowed))
+    lines.append(tau.header(borrowed, list(rows)))
     lines.append("")
     head = f"| loss | family | {reference} | " + " | ".join(f"{v}: change" for v in variants) + " |"
     lines += [head, "|" + "---|" * (3 + len(variants))]
@@ -497,7 +549,8 @@ def table(
     intervals: dict[str, dict[str, tuple[float, float]]] = {v: {} for v in variants}
     # Cells whose records differ from the reference's in an environment setting, by difference.
     env_cells: dict[str, dict[str, list[str]]] = {}
-    for loss, family in FAMILIES.items():
+    for loss, family in rows.items():
+        family = family if loss in FAMILIES else f"{family} (spot check)"
         if loss not in base:
             lines.append(f"| {loss} | {family} | not run |" + " – |" * len(variants))
             continue
@@ -527,29 +580,33 @@ def table(
     # Notes only for the rows shown with a reference: a loss the reference lacks is "not run".
     cap_lines = cap_notes([*variants, *([] if against is None else [against])], dataset, list(base))
     cap_lines += environment_notes(env_cells, reference.split(" (")[0])
+    cap_lines += spot_check_note([loss for loss in rows if loss not in FAMILIES])
     notes = (
         cap_lines
         if against is None
         else [
             *cap_lines,
             "",
-            *check_notes(mode, variants, against, p_values, dataset, intervals),
+            *check_notes(mode, variants, against, p_values, dataset, intervals, list(rows)),
             *other_source_notes(mode, variants, against, dataset, intervals),
         ]
     )
-    if set(base) != set(FAMILIES):
+    # The family gap is the study's: the six losses' rows only.
+    study = {loss: e for loss, e in base.items() if loss in FAMILIES}
+    if set(study) != set(FAMILIES):
         return [*lines, "", "Family gap: the reference is incomplete.", *notes, ""]
     pooled = tau.variance.pooled
-    base_gap = gap(base, pooled)
+    base_gap = gap(study, pooled)
     lo, hi = base_gap.interval()
     cells = ["**family gap**", "class/proxy − pair", fmt(base_gap.diff, (hi - lo) / 2)]
     for v in variants:
-        if set(var_est[v]) != set(FAMILIES):
+        ours = {loss: e for loss, e in var_est[v].items() if loss in FAMILIES}
+        if set(ours) != set(FAMILIES):
             cells.append("incomplete")
             continue
-        d = gap_change(var_est[v], base, pooled)
+        d = gap_change(ours, study, pooled)
         lo, hi = d.interval()
-        cells.append(f"{100 * gap(var_est[v], pooled).diff:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
+        cells.append(f"{100 * gap(ours, pooled).diff:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
     lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
 
@@ -636,12 +693,13 @@ def check_notes(
     p_values: dict[str, dict[str, float]],
     dataset: str,
     intervals: dict[str, dict[str, tuple[float, float]]],
+    rows: Sequence[str] = tuple(FAMILIES),
 ) -> list[str]:
-    """What the calibration check's table rests on: the tests behind its intervals, Holm-corrected
-    over the losses of the column; what each pass (0 inside its interval in ``intervals``) still
-    allows, the largest change that interval contains; and whether the variants' repetition spread
-    is ``mini``'s (the intervals borrow ``mini``'s seed variance because one variant seed cannot
-    estimate its own)."""
+    """What the calibration check's table (rows: ``rows``) rests on: the tests behind its
+    intervals, Holm-corrected over the losses of the column; what each pass (0 inside its interval
+    in ``intervals``) still allows, the largest change that interval contains; and whether the
+    variants' repetition spread is ``mini``'s (the intervals borrow ``mini``'s seed variance
+    because one variant seed cannot estimate its own)."""
     notes: list[str] = []
     for v in variants:
         losses = list(p_values[v])
@@ -673,7 +731,7 @@ def check_notes(
         notes.append("")
     spreads = []
     for name in (*variants, against):
-        paths = [p for loss in FAMILIES for p in variant_paths(name, dataset, loss)]
+        paths = [p for loss in rows for p in variant_paths(name, dataset, loss)]
         if not paths:
             continue
         sd, df = within_seed_sd(paths, mode)
@@ -762,7 +820,7 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
     from patience_truncation import fold_runs, truncations
 
     rows = []
-    for loss in FAMILIES:
+    for loss in CHECKED:
         paths, refs = variant_paths(variant, dataset, loss), variant_paths(against, dataset, loss)
         if not paths or not refs:
             continue
@@ -830,7 +888,7 @@ def search_half(variant: str, against: str, dataset: str) -> list[str]:
     trials than the ``against`` records, the best validation MAP@R among its first trials (as many
     as the reference ran) and among all, beside each reference record's best."""
     rows = []
-    for loss in FAMILIES:
+    for loss in CHECKED:
         paths, refs = variant_paths(variant, dataset, loss), variant_paths(against, dataset, loss)
         if not paths or not refs:
             continue
@@ -873,7 +931,7 @@ def paired_half(variant: str, against: str, dataset: str) -> list[str]:
     the same search seed, each seed's change of test MAP@R (mean over its test repetitions) and
     the mean change over those seeds with a 95% t interval on their differences (n - 1 df)."""
     rows = []
-    for loss in FAMILIES:
+    for loss in CHECKED:
         ours = {record_facts(p).seed: p for p in variant_paths(variant, dataset, loss)}
         theirs = {record_facts(p).seed: p for p in variant_paths(against, dataset, loss)}
         seeds = sorted(s for s in ours.keys() & theirs.keys() if s is not None)
@@ -1051,7 +1109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--dataset", default="omniglot", help=f"comma-separated, of {','.join(DATASETS)}")
     for q in (r, t):
         q.add_argument("--variants", default=",".join(VARIANTS))
-    r.add_argument("--losses", default=",".join(FAMILIES))
+    r.add_argument(
+        "--losses",
+        default=",".join(FAMILIES),
+        help=f"comma-separated (default: the study's); also the spot checks {', '.join(SPOT_CHECKS)}",
+    )
     sub.choices["table"].add_argument("--out", default=None)
     sub.choices["table"].add_argument(
         "--against", default=None, help="compare with this variant's records instead of the mini rows"
@@ -1063,7 +1125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "table":
         args.dataset = parse_list(args.dataset, DATASETS, "dataset")
     if args.command == "run":
-        args.losses = parse_list(args.losses, list(FAMILIES), "loss")
+        args.losses = parse_list(args.losses, list(CHECKED), "loss")
         return cmd_run(args)
     return cmd_table(args)
 

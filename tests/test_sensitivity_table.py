@@ -415,8 +415,21 @@ def _copy_record(
     patience: int | None = None,
     loss: dict[str, float] | None = None,
     scale_high: float | None = None,
+    settings_from: Path | None = None,
 ) -> None:
+    """Copy the record ``source`` to ``target``: with the board settings of the record
+    ``settings_from`` (its config but for ``loss`` and ``space``, and its trunk weights), then the
+    given changes. The committed boards' settings move as they are regenerated; a test that needs
+    two records at one setting makes them so."""
     document = json.loads(source.read_text())
+    if settings_from is not None:
+        other = json.loads(settings_from.read_text())
+        kept = {key: document["config"][key] for key in ("loss", "space") if key in document["config"]}
+        document["config"] = {
+            **{k: v for k, v in other["config"].items() if k not in ("loss", "space")},
+            **kept,
+        }
+        document["trunk_weights"] = other["trunk_weights"]
     if patience is not None:
         document["config"]["train"]["patience"] = patience
     if loss is not None:
@@ -433,8 +446,8 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     """Of the variant that is today's ``mini`` (here ``calibp10``, as it was), a board record made
     at the board settings of the variant's own records (of any loss) is its reference too, so the
     check needs no second run of it; a board record at other settings is not, a seed the variant
-    ran itself is not counted twice, a variant without records of its own takes none from the
-    board, and neither does another variant whose own records have the same settings."""
+    ran itself is not counted twice, another variant without records of its own takes none from
+    the board, and neither does another variant whose own records have the same settings."""
     sens = _module()
     monkeypatch.setattr(sens, "MINI_VARIANT", "calibp10")
     committed = REPO / "results" / "glyphs" / "mlrc" / "records"
@@ -445,8 +458,15 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     board = board_root / "glyphs" / "mlrc" / "records"
     _copy_record(own, sens_root / "calibp10" / "glyphs" / "mlrc" / "records" / own.name)
     _copy_record(own, board / own.name)  # the same seed: the variant's own record wins
-    _copy_record(committed / "contrastive.mini.seed0.json", board / "contrastive.mini.seed0.json")
-    _copy_record(committed / "triplet.mini.seed0.json", board / "triplet.mini.seed0.json", patience=3)
+    _copy_record(
+        committed / "contrastive.mini.seed0.json", board / "contrastive.mini.seed0.json", settings_from=own
+    )
+    _copy_record(
+        committed / "triplet.mini.seed0.json",
+        board / "triplet.mini.seed0.json",
+        patience=3,
+        settings_from=own,
+    )
     assert sens.record_facts(board / "contrastive.mini.seed0.json").key == sens.record_facts(own).key
 
     assert sens.variant_paths("calibp10", "glyphs", "contrastive") == [board / "contrastive.mini.seed0.json"]
@@ -456,8 +476,15 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
     assert sens.variant_paths("calibp10", "glyphs", "triplet") == []  # other settings (patience 3)
     # At the variant's board settings but not as its run would search: a loss parameter set by
     # hand, or ranges other than today's (default ranges are code, which the settings leave out).
-    _copy_record(committed / "ms.mini.seed0.json", board / "ms.mini.seed0.json", loss={"base": 0.5})
-    _copy_record(committed / "arcface.mini.seed0.json", board / "arcface.mini.seed0.json", scale_high=300.0)
+    _copy_record(
+        committed / "ms.mini.seed0.json", board / "ms.mini.seed0.json", loss={"base": 0.5}, settings_from=own
+    )
+    _copy_record(
+        committed / "arcface.mini.seed0.json",
+        board / "arcface.mini.seed0.json",
+        scale_high=300.0,
+        settings_from=own,
+    )
     assert sens.record_facts(board / "arcface.mini.seed0.json").key == sens.record_facts(own).key
     assert sens.variant_paths("calibp10", "glyphs", "ms") == []
     assert sens.variant_paths("calibp10", "glyphs", "arcface") == []
@@ -481,6 +508,132 @@ def test_a_board_record_at_a_variants_settings_is_one_of_its_records(
         "calibp10 contrastive (glyphs): the board's record is at this variant's settings"
         in capsys.readouterr().out
     )
+
+
+def test_todays_mini_without_records_of_its_own_takes_the_boards_at_todays_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the variant that is today's ``mini`` has no record of its own on a dataset (glyphs:
+    only the boards ran it there), the board records at the settings a run would use now are its
+    records, and those at other settings are not; another variant still takes none."""
+    sens = _module()
+    committed = REPO / "results" / "glyphs" / "mlrc" / "records"
+    sens_root, board_root = tmp_path / "sensitivity", tmp_path / "results"
+    monkeypatch.setattr(sens, "OUT_ROOT", sens_root)
+    monkeypatch.setattr(sens, "BOARD_ROOT", board_root)
+    board = board_root / "glyphs" / "mlrc" / "records"
+    _copy_record(committed / "contrastive.mini.seed0.json", board / "contrastive.mini.seed0.json")
+    _copy_record(committed / "triplet.mini.seed0.json", board / "triplet.mini.seed0.json", patience=3)
+    today: str = sens.record_facts(board / "contrastive.mini.seed0.json").key
+    assert sens.record_facts(board / "triplet.mini.seed0.json").key != today
+    asked: list[tuple[str, str]] = []
+
+    def todays_key(dataset: str, loss: str) -> str:
+        asked.append((dataset, loss))
+        return today
+
+    monkeypatch.setattr(sens, "todays_key", todays_key)
+    assert sens.variant_paths(sens.MINI_VARIANT, "glyphs", "contrastive") == [
+        board / "contrastive.mini.seed0.json"
+    ]
+    assert sens.variant_paths(sens.MINI_VARIANT, "glyphs", "triplet") == []
+    assert asked == [("glyphs", "contrastive"), ("glyphs", "triplet")]
+    assert sens.variant_paths("calibt20x2", "glyphs", "contrastive") == []
+
+
+def test_todays_key_is_the_key_of_a_run_by_this_checkout() -> None:
+    """The key :func:`todays_key` gives is the one ``regenerate_boards.py`` calls current: the same
+    for every loss (the settings leave the loss out), and not the key of ``mini`` before it took 20
+    trials (``calibp10``'s glyphs record)."""
+    sens = _module()
+    key = sens.todays_key("glyphs", "mfcwms")
+    assert key == sens.todays_key("glyphs", "contrastive")
+    earlier = sens.OUT_ROOT / "calibp10" / "glyphs" / "mlrc" / "records" / "margin.mini.seed0.json"
+    assert sens.record_facts(earlier).key != key
+    regenerate = load_benchmark_script("regenerate_boards")
+    entry = regenerate.Entry("glyphs", "mfcwms", 0)
+    assert key == regenerate.target(entry, regenerate.DEFAULT_DATA_DIRS, REPO / "results").key
+
+
+def _spot_check_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, Path, Path]:
+    """The sensitivity module reading ``tmp_path``: the committed records of every variant, with
+    ``calibt20x2`` and ``calibt20`` copied (so a test may add records to them); returns the module
+    and the two omniglot records folders."""
+    sens = _module()
+    for variant in sens.OUT_ROOT.iterdir():
+        if variant.name in ("calibt20x2", "calibt20"):
+            for record in variant.glob("*/mlrc/records/*.json"):
+                _copy_record(record, tmp_path / record.relative_to(sens.OUT_ROOT))
+        else:
+            (tmp_path / variant.name).symlink_to(variant)
+    monkeypatch.setattr(sens, "OUT_ROOT", tmp_path)
+    folder = "{}/omniglot/mlrc/records"
+    return sens, tmp_path / folder.format("calibt20x2"), tmp_path / folder.format("calibt20")
+
+
+def test_a_spot_check_gets_its_row_below_the_six_and_stays_out_of_the_family_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spot-check loss (outside the study) with records gets a row after the six, its change on
+    the six's pooled tau (by hand), a footnote, and a place in the Holm correction; the family gap
+    row is what it is without it; without records it gets no row."""
+    sens, doubled, reference = _spot_check_tree(tmp_path, monkeypatch)
+    before = sens.table("separated", "sep", ["calibt20x2"], "calibt20")
+    assert not [line for line in before if line.startswith("| mfcwms |")]
+    # mfcwms's records: copies of proxyanchor's, so its change is proxyanchor's (by hand below).
+    _copy_record(reference / "proxyanchor.mini.seed0.json", reference / "mfcwms.mini.seed0.json")
+    _copy_record(doubled / "proxyanchor.mini.seed0.json", doubled / "mfcwms.mini.seed0.json")
+
+    lines = sens.table("separated", "sep", ["calibt20x2"], "calibt20")
+    rows = [line.split(" | ")[0][2:] for line in lines if line.startswith("| ") and " | " in line]
+    assert rows[rows.index("loss") + 1 :][:7] == [*sens.FAMILIES, "mfcwms"]
+    (row,) = [line for line in lines if line.startswith("| mfcwms |")]
+    _, tau2, df = _pooled_by_hand(sens)
+    ref, ours = (
+        np.mean(sens.rep_values(sens.load_record(folder / "mfcwms.mini.seed0.json"), "separated"))
+        for folder in (reference, doubled)
+    )
+    half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
+    change = f"{100 * (ours - ref):+.2f} ± {100 * half:.2f}"
+    assert row.startswith(f"| mfcwms | class/proxy (spot check) | {100 * ref:.2f} (1) | {change}"), row
+
+    def gap_row(table: list[str]) -> str:
+        (found,) = [line for line in table if line.startswith("| **family gap** |")]
+        return found
+
+    assert gap_row(lines) == gap_row(before)
+    assert any(line.startswith("Spot checks (mfcwms): losses outside the study") for line in lines)
+    (holm,) = [line for line in lines if line.startswith("`calibt20x2` against `calibt20`")]
+    assert "Holm-adjusted over the 7 losses" in holm and "mfcwms " in holm
+
+
+def test_run_takes_a_spot_check_loss_and_names_it_among_the_valid_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sens = _module()
+    commands: list[list[str]] = []
+
+    def run_heavy(label: str, cmd: list[str], cwd: Path) -> int:
+        commands.append(cmd)
+        return 0
+
+    monkeypatch.setattr(sens, "run_heavy", run_heavy)
+    monkeypatch.setattr(sens, "record_path", lambda *args: Path("/nonexistent/record.json"))
+    monkeypatch.setattr(sens, "board_paths", lambda *args: [])
+    argv = ["run", "--variants", "calibt20x2", "--dataset", "glyphs"]
+    assert sens.main([*argv, "--losses", "mfcwms"]) == 0
+    (cmd,) = commands
+    assert cmd[cmd.index("--loss") + 1] == "mfcwms"
+    with pytest.raises(SystemExit, match=r"unknown loss \['mfc'\]; valid: contrastive, .*, mfcwms, mfcont"):
+        sens.main([*argv, "--losses", "mfc"])
+
+
+def test_the_studys_and_the_spot_checks_families_are_the_registrys() -> None:
+    from benchmark.losses import LOSSES
+
+    sens = _module()
+    for loss, family in sens.CHECKED.items():
+        assert family == ("pair" if LOSSES.get(loss).pair_based else "class/proxy"), loss
 
 
 def test_the_variant_named_todays_mini_is_mini() -> None:
