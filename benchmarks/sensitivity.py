@@ -507,15 +507,17 @@ def shown_losses(variants: Sequence[str], dataset: str) -> dict[str, str]:
     return {**FAMILIES, **spot}
 
 
-def spot_check_note(losses: Sequence[str]) -> list[str]:
-    """The footnote of a table with spot-check rows (``losses``, outside the study)."""
+def spot_check_note(losses: Sequence[str], tested: bool) -> list[str]:
+    """The footnote of a table with spot-check rows (``losses``, outside the study); ``tested``:
+    the table is a check, whose notes Holm-correct its tests over every row."""
     if not losses:
         return []
+    holm_clause = " their tests count in the Holm correction below," if tested else ""
     return [
         "",
         f"Spot checks ({', '.join(losses)}): losses outside the study, each run alone at these settings."
         " Their cells take the six losses' seed-mean variance (their own seed spread is not measured),"
-        " their tests count in the Holm correction below, and the family gap leaves them out.",
+        f"{holm_clause} and the family gap leaves them out.",
     ]
 
 
@@ -580,7 +582,7 @@ def table(
     # Notes only for the rows shown with a reference: a loss the reference lacks is "not run".
     cap_lines = cap_notes([*variants, *([] if against is None else [against])], dataset, list(base))
     cap_lines += environment_notes(env_cells, reference.split(" (")[0])
-    cap_lines += spot_check_note([loss for loss in rows if loss not in FAMILIES])
+    cap_lines += spot_check_note([loss for loss in rows if loss not in FAMILIES], tested=against is not None)
     notes = (
         cap_lines
         if against is None

@@ -602,7 +602,8 @@ def test_a_spot_check_gets_its_row_below_the_six_and_stays_out_of_the_family_gap
         return found
 
     assert gap_row(lines) == gap_row(before)
-    assert any(line.startswith("Spot checks (mfcwms): losses outside the study") for line in lines)
+    (note,) = [line for line in lines if line.startswith("Spot checks (mfcwms): losses outside the study")]
+    assert "their tests count in the Holm correction below" in note
     (holm,) = [line for line in lines if line.startswith("`calibt20x2` against `calibt20`")]
     assert "Holm-adjusted over the 7 losses" in holm and "mfcwms " in holm
 
