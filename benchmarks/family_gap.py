@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmark.losses.registry import LOSSES  # noqa: E402
 from benchmark.report.leaderboard import Section, load_leaderboard  # noqa: E402
+from benchmark.report.numbers import signed  # noqa: E402
 from benchmark.stats.seeds import Difference, Estimate, contrast  # noqa: E402
 
 BUDGET = "mini"
@@ -99,8 +100,8 @@ def fmt(d: Difference | None) -> str:
         return "– (a family has no row)"
     lo, hi = d.interval()
     if math.isnan(lo):
-        return f"{100 * d.diff:+.2f} (no interval)"
-    return f"{100 * d.diff:+.2f} ± {100 * (hi - lo) / 2:.2f} (df {d.df:.1f})"
+        return f"{signed(100 * d.diff)} (no interval)"
+    return f"{signed(100 * d.diff)} ± {100 * (hi - lo) / 2:.2f} (df {d.df:.1f})"
 
 
 def counts(losses: Sequence[str]) -> str:

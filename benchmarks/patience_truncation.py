@@ -46,6 +46,8 @@ from typing import Any
 
 from scipy import stats
 
+from benchmark.report.numbers import signed
+
 
 @dataclass(frozen=True)
 class Stop:
@@ -242,7 +244,7 @@ def compare_surveys(base: Path, other: Path) -> str:
             half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
         ratio = statistics.fmean(b[k]["epochs"] / a[k]["epochs"] for k in keys)
         mean = statistics.fmean(diffs)
-        lines.append(f"| {dataset} | {loss} | {len(keys)} | {mean:+.2f} ± {half:.2f} | {ratio:.2f} |")
+        lines.append(f"| {dataset} | {loss} | {len(keys)} | {signed(mean)} ± {half:.2f} | {ratio:.2f} |")
     return "\n".join(lines) + "\n"
 
 

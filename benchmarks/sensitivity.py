@@ -132,6 +132,7 @@ from heavy_lock import run_heavy  # noqa: E402
 from benchmark.protocol.space import searches_as_today  # noqa: E402
 from benchmark.records import RunRecord, TrialDoc, board_key, load_record  # noqa: E402
 from benchmark.report.leaderboard import ROW_ENVIRONMENT  # noqa: E402
+from benchmark.report.numbers import signed  # noqa: E402
 from benchmark.stats.intervals import holm, t_interval  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
     Difference,
@@ -387,7 +388,7 @@ def load_groups(paths: Sequence[Path], mode: str) -> list[tuple[float, ...]]:
 
 
 def fmt(value: float, half: float) -> str:
-    return f"{100 * value:+.2f} ± {100 * half:.2f}" if not math.isnan(half) else f"{100 * value:+.2f}"
+    return f"{signed(100 * value)} ± {100 * half:.2f}" if not math.isnan(half) else signed(100 * value)
 
 
 def gap_weights(losses: Sequence[str]) -> dict[str, float]:
@@ -608,7 +609,7 @@ def table(
             continue
         d = gap_change(ours, study, pooled)
         lo, hi = d.interval()
-        cells.append(f"{100 * gap(ours, pooled).diff:+.2f} (change {fmt(d.diff, (hi - lo) / 2)})")
+        cells.append(f"{signed(100 * gap(ours, pooled).diff)} (change {fmt(d.diff, (hi - lo) / 2)})")
     lines += ["| " + " | ".join(cells) + " |", *notes, ""]
     return lines
 
@@ -906,7 +907,7 @@ def search_half(variant: str, against: str, dataset: str) -> list[str]:
             name = row_name(loss, paths, path)
             rows.append(
                 f"| {name} | {100 * early[0]:.2f} (trial {early[1]} of {fewer}) | {100 * best[0]:.2f} "
-                f"(trial {best[1]} of {total}) | {100 * (best[0] - early[0]):+.2f} | {ref_best} |"
+                f"(trial {best[1]} of {total}) | {signed(100 * (best[0] - early[0]))} | {ref_best} |"
             )
     if not rows:
         return []
@@ -946,7 +947,8 @@ def paired_half(variant: str, against: str, dataset: str) -> list[str]:
                 - statistics.fmean(rep_values(load_record(theirs[s]), mode))
                 for s in seeds
             ]
-            each = ", ".join(f"{s}: {100 * c:+.2f}{m}" for s, c, m in zip(seeds, changes, marks, strict=True))
+            pairs = zip(seeds, changes, marks, strict=True)
+            each = ", ".join(f"{s}: {signed(100 * c)}{m}" for s, c, m in pairs)
             if len(seeds) == 1:
                 # One pair has no spread over seeds; its uncertainty is the unpaired cell's (tau).
                 summary = "one pair: no paired interval (its interval: the table above)"

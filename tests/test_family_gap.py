@@ -30,6 +30,11 @@ BEFORE = {
 }
 
 
+def _signed(x: float) -> str:
+    """The pages' signed number, written here independently: typographic minus (U+2212)."""
+    return f"{x:+.2f}".replace("-", "\u2212")
+
+
 def _module() -> ModuleType:
     return load_benchmark_script("family_gap")
 
@@ -74,7 +79,7 @@ def _cell(terms: list[tuple[float, float, float]], n: int = 4) -> str:
     parts = [w * w * v for w, _, v in terms]
     df = sum(parts) ** 2 / sum(p * p / (n - 1) for p in parts)
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(sum(parts))
-    return f"{100 * diff:+.2f} ± {100 * half:.2f} (df {df:.1f})"
+    return f"{_signed(100 * diff)} ± {100 * half:.2f} (df {df:.1f})"
 
 
 def test_the_family_is_the_registry_s_pair_based_flag_for_every_loss() -> None:

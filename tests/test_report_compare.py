@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,19 @@ def test_holm_can_flip_a_decision() -> None:
     assert all(c.cell == "×↑" for c in comps)
     uncorrected = compare_budget("mini", recs, ["ref"], None, "map_at_r", use_holm=False)
     assert all(c.cell == "✓↑" for c in uncorrected)
+
+
+def test_a_negative_difference_is_written_with_the_typographic_minus() -> None:
+    # WEAK is 10 points below BASE: the cell leads with the difference and its interval, all three
+    # negative, each with U+2212 as the pages' prose writes "loss − reference".
+    tables = compare_tables(
+        {"mini": [make_record("base", BASE), make_record("weak", WEAK)]}, ["base"], ["weak"], "map_at_r"
+    )
+    md = render("md", "glyphs", "mlrc", tables, "map_at_r", True, 0.05, show_diff=True)
+    row = next(line for line in md.splitlines() if line.startswith("| WEAK |"))
+    diff = 100 * (sum(WEAK) - sum(BASE)) / len(WEAK)
+    assert f"\u2212{abs(diff):.2f} [\u2212" in row, row
+    assert re.search(r"-\d", row) is None, row
 
 
 def test_missing_reference_lists_available() -> None:

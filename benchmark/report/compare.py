@@ -27,6 +27,7 @@ from benchmark.errors import DmlbenchError, UnknownNameError
 from benchmark.metrics import METRICS
 from benchmark.records import RunRecord, replicates_per_loss
 from benchmark.report.leaderboard import MODES, Leaderboard, RecordLike, column_estimates, record_modes
+from benchmark.report.numbers import signed
 from benchmark.report.tables import latex_escape
 from benchmark.stats.intervals import holm, welch_t_test
 from benchmark.stats.power import min_detectable_difference
@@ -414,8 +415,8 @@ def power_line(comps: Sequence[Comparison], use_holm: bool, alpha: float) -> str
 def _diff_text(c: Comparison) -> str:
     scale = _points(c.metric)
     if math.isnan(c.diff_low):
-        return f"{scale * c.diff:+.2f}"
-    return f"{scale * c.diff:+.2f} [{scale * c.diff_low:+.2f}, {scale * c.diff_high:+.2f}]"
+        return signed(scale * c.diff)
+    return f"{signed(scale * c.diff)} [{signed(scale * c.diff_low)}, {signed(scale * c.diff_high)}]"
 
 
 def render_markdown(

@@ -27,6 +27,7 @@ from typing import Any
 
 from benchmark.errors import DmlbenchError
 from benchmark.records import RunRecord, as_record, replicates_per_loss
+from benchmark.report.numbers import signed
 from benchmark.stats.equivalence import VERDICTS, Equivalence, combined, se_from_half_width, tost
 
 FORMAT = "dmlbench.published/1"
@@ -451,7 +452,7 @@ def _verdict(m: Match) -> str:
         return "no margin"
     if math.isnan(e.low):
         return f"{e.verdict} (our interval unknown)"
-    return f"{e.verdict} (90% CI {e.low:+.2f}, {e.high:+.2f}; margin ±{e.margin:.2f})"
+    return f"{e.verdict} (90% CI {signed(e.low)}, {signed(e.high)}; margin ±{e.margin:.2f})"
 
 
 def coverage(tables: Sequence[PublishedTable]) -> list[str]:
@@ -527,7 +528,7 @@ def render_markdown(
             lines.append(
                 f"| {m.loss_name} | {m.mode} ({m.embedding_dim}-d) | {_metric_label(m.metric)} | "
                 f"{_fmt(m.ours, m.ours_hw)} | {v.paper} | {v.table} | {_fmt(v.value, v.pm)} | "
-                f"{m.difference:+.2f} | {_verdict(m)} |"
+                f"{signed(m.difference)} | {_verdict(m)} |"
             )
         matched = {m.loss for m in matches}
         unmatched = sorted(
