@@ -788,7 +788,7 @@ def test_the_paired_rows_are_each_shared_seeds_change_with_a_t_interval() -> Non
             [round(c, 2) for c in changes], abs=0.006
         ), row
         inside = ", 0 inside" if abs(np.mean(changes)) <= half else ""
-        cell = f"{_signed(np.mean(changes))} ± {half:.2f} ({len(shared) - 1} df{inside})"
+        cell = f"{_signed(float(np.mean(changes)))} ± {half:.2f} ({len(shared) - 1} df{inside})"
         assert row.endswith(f"| {cell} |"), row
 
 
