@@ -140,7 +140,8 @@ def _cell(t: Truncation | None) -> str:
     """One table cell: drop ± half-width; share changed; epoch fraction (empty without ``t``)."""
     if t is None:
         return ""
-    return f"−{t.drop_points:.2f} ± {t.drop_half_width:.2f}; {t.changed_share:.0%}; {t.epoch_fraction:.2f}"
+    drop = f"{signed(-t.drop_points)} ± {t.drop_half_width:.2f}"
+    return f"{drop}; {t.changed_share:.0%}; {t.epoch_fraction:.2f}"
 
 
 def table(paths: Sequence[Path]) -> str:

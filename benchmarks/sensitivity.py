@@ -839,7 +839,7 @@ def stopping_half(variant: str, against: str, dataset: str) -> list[str]:
             cell = (
                 "– | – | –"
                 if cut is None
-                else f"−{cut.drop_points:.2f} ± {cut.drop_half_width:.2f} | {cut.changed_share:.0%} "
+                else f"{signed(-cut.drop_points)} ± {cut.drop_half_width:.2f} | {cut.changed_share:.0%} "
                 f"| {cut.epoch_fraction:.2f}"
             )
             # A loss with several records (search seeds) gets a row per seed, named.

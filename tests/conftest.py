@@ -79,6 +79,12 @@ def load_benchmark_script(name: str) -> ModuleType:
     return module
 
 
+def page_signed(x: float) -> str:
+    """The pages' signed number with two decimals, written independently of
+    ``benchmark.report.numbers``: an explicit sign, U+2212 for minus."""
+    return f"{x:+.2f}".replace("-", "\u2212")
+
+
 def committed_checkout(root: Path, files: dict[str, str]) -> None:
     """A git repository at ``root`` holding ``files`` (relative path -> text) in one commit."""
     for rel, text in files.items():

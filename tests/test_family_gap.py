@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import committed_checkout, load_benchmark_script
+from conftest import committed_checkout, load_benchmark_script, page_signed
 from record_factory import run_record
 
 from benchmark.losses.registry import LOSSES
@@ -28,11 +28,6 @@ BEFORE = {
     "arcface": [0.610, 0.600, 0.615, 0.620],
     "proxyanchor": [0.590, 0.580, 0.600, 0.595],
 }
-
-
-def _signed(x: float) -> str:
-    """The pages' signed number, written here independently: typographic minus (U+2212)."""
-    return f"{x:+.2f}".replace("-", "\u2212")
 
 
 def _module() -> ModuleType:
@@ -79,7 +74,7 @@ def _cell(terms: list[tuple[float, float, float]], n: int = 4) -> str:
     parts = [w * w * v for w, _, v in terms]
     df = sum(parts) ** 2 / sum(p * p / (n - 1) for p in parts)
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(sum(parts))
-    return f"{_signed(100 * diff)} ± {100 * half:.2f} (df {df:.1f})"
+    return f"{page_signed(100 * diff)} ± {100 * half:.2f} (df {df:.1f})"
 
 
 def test_the_family_is_the_registry_s_pair_based_flag_for_every_loss() -> None:

@@ -31,7 +31,7 @@ def test_the_minus_is_u2212_and_no_hyphen_is_left() -> None:
     assert signed(-7.25).replace(MINUS, "-") == f"{-7.25:+.2f}"
 
 
-def test_nan_stays_nan() -> None:
+def test_nan_is_written_as_format_writes_it() -> None:
     assert signed(math.nan) == "+nan"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import scipy.stats
+from conftest import page_signed
 from record_factory import MLRC
 from test_report_tables import make_record, write
 
@@ -42,11 +43,6 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 MLRC_TSV = SHARED / "published" / "mlrc2020_cub_cars.tsv"
 MF_TEXT = SHARED / "papers" / "mean-field-dml-iclr2024.txt"
 SHIPPED = sorted(SHIPPED_DIR.glob("*.tsv"))
-
-
-def _signed(x: float) -> str:
-    """The pages' signed number, written here independently: typographic minus (U+2212)."""
-    return f"{x:+.2f}".replace("-", "\u2212")
 
 
 def _values(name: str) -> list[PublishedValue]:
@@ -337,7 +333,7 @@ def test_report_published_section_is_separate(cub_root: Path, capsys: pytest.Cap
     published = next(v for v in _values("mlrc2020.tsv") if v.loss == "ms" and v.dataset == "cub200"
                      and v.mode == "separated" and v.metric == "map_at_r")  # fmt: skip
     # 3 repetitions at a 1-point spread cannot show |Δ| < the 0.30 margin, nor |Δ| > it.
-    assert f"| {published.value:.2f} | {_signed(20.5 - published.value)} | inconclusive (" in mlrc
+    assert f"| {published.value:.2f} | {page_signed(20.5 - published.value)} | inconclusive (" in mlrc
     arc = [
         line for line in extra.splitlines() if line.startswith("| ARCFACE | concatenated (512-d) | MAP@R |")
     ]

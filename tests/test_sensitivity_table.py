@@ -13,14 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import load_benchmark_script
+from conftest import load_benchmark_script, page_signed
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _signed(x: float) -> str:
-    """The pages' signed number, written here independently: typographic minus (U+2212)."""
-    return f"{x:+.2f}".replace("-", "\u2212")
 
 
 def _module() -> ModuleType:
@@ -53,7 +48,7 @@ def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
     variant = np.mean(sens.rep_values(sens.load_record(runs[0]), "separated"))
     change = variant - np.mean(groups[loss])
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(tau2 * (1 + 1 / len(groups[loss])))
-    assert f"{_signed(100 * change)} ± {100 * half:.2f}" in row
+    assert f"{page_signed(100 * change)} ± {100 * half:.2f}" in row
 
 
 def test_against_a_variant_the_reference_is_that_variants_record() -> None:
@@ -75,7 +70,7 @@ def test_against_a_variant_the_reference_is_that_variants_record() -> None:
         sens.rep_values(sens.load_record(sens.variant_paths("patience5", "omniglot", loss)[0]), "separated")
     )
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
-    assert f"{_signed(100 * (a - b))} ± {100 * half:.2f}" in row
+    assert f"{page_signed(100 * (a - b))} ± {100 * half:.2f}" in row
     assert row.split(" | ")[2] == f"{100 * b:.2f} (1)"
 
 
@@ -599,7 +594,7 @@ def test_a_spot_check_gets_its_row_below_the_six_and_stays_out_of_the_family_gap
         for folder in (reference, doubled)
     )
     half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2 * tau2)  # one seed on each side
-    change = f"{_signed(100 * (ours - ref))} ± {100 * half:.2f}"
+    change = f"{page_signed(100 * (ours - ref))} ± {100 * half:.2f}"
     assert row.startswith(f"| mfcwms | class/proxy (spot check) | {100 * ref:.2f} (1) | {change}"), row
 
     def gap_row(table: list[str]) -> str:
@@ -714,7 +709,8 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
         half = scipy.stats.t.ppf(0.975, len(ref) - 1) * math.sqrt(tau2 * (1 / len(own) + 1 / len(ref)))
         change = np.mean(own) - np.mean(ref)
         inside = abs(change) <= half
-        assert f"{loss} {_signed(100 * change)} ± {100 * half:.2f}{' (0 inside)' if inside else ''}" in note
+        verdict = " (0 inside)" if inside else ""
+        assert f"{loss} {page_signed(100 * change)} ± {100 * half:.2f}{verdict}" in note
         if inside != ("(0 inside)" in main_rows[loss]):
             assert "The verdict changes for" in note and loss in note.split("The verdict changes for")[1]
         checked += 1
@@ -746,7 +742,7 @@ def test_the_check_separates_what_the_extra_trials_found() -> None:
             expected = (
                 f"| {name} | {100 * values[first]:.2f} (trial {first} of {fewer}) | "
                 f"{100 * values[overall]:.2f} (trial {overall} of {len(values)}) | "
-                f"{_signed(100 * (values[overall] - values[first]))} | "
+                f"{page_signed(100 * (values[overall] - values[first]))} | "
                 + ", ".join(f"{100 * s['best_value']:.2f}" for s in refs)
                 + " |"
             )
@@ -788,7 +784,7 @@ def test_the_paired_rows_are_each_shared_seeds_change_with_a_t_interval() -> Non
             [round(c, 2) for c in changes], abs=0.006
         ), row
         inside = ", 0 inside" if abs(np.mean(changes)) <= half else ""
-        cell = f"{_signed(float(np.mean(changes)))} ± {half:.2f} ({len(shared) - 1} df{inside})"
+        cell = f"{page_signed(float(np.mean(changes)))} ± {half:.2f} ({len(shared) - 1} df{inside})"
         assert row.endswith(f"| {cell} |"), row
 
 
