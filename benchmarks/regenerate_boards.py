@@ -37,12 +37,15 @@ reads its ``calibp10`` references from the boards) and commit.
 
 ``run --until TIME`` (UTC, ``HH:MM`` or ISO 8601) starts a record only if it is expected to land
 by then: the median training time (search + test) of the same loss's current records on that
-dataset, else of all the dataset's current records, must fit in the time left; a record that
+dataset, else of all the dataset's current records (every built-in loss's, whichever ``--losses``
+selects to run), must fit in the time left; a record that
 does not fit is named with its estimate and skipped, and a later, shorter one may still start.
 A record with nothing to estimate from is not started. Why: a run's unfinished state lives in the
 clone's ``runs/``, which does not survive a change of machine, so a run started too late for the
 session that started it is often lost whole (benchmarks/README.md counts four such losses). The
-estimate is only that; stop a run that overruns with Ctrl-C (it resumes on the same machine).
+estimate is only that; stop a run that overruns with Ctrl-C or SIGTERM (it resumes on the same
+machine). A script started with ``&`` from a non-interactive shell ignores SIGINT (the shell sets
+it so, and Python then never raises KeyboardInterrupt), so stop a background run with SIGTERM.
 
 ``run --extend-earlier`` starts each search from the board's record at earlier settings where
 today's settings differ from it only in more ``search.n_trials`` (and the search ranges are the
@@ -341,12 +344,20 @@ def fits(entry: Entry, current: dict[Entry, RunRecord], until: dt.datetime) -> s
     return None
 
 
+def board_current(args: argparse.Namespace) -> dict[Entry, RunRecord]:
+    """The current records of every built-in loss on the selected datasets, not only the selected
+    losses': the time estimates draw on the whole board, so ``--losses`` names what runs, not what
+    the estimate may learn from."""
+    every = plan(args.results, args.datasets, builtin_losses(), args.budget)
+    return current_records(every, args.data_dirs, args.results)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     entries = plan(args.results, args.datasets, args.losses, args.budget)
-    stale = [e for e in entries if not is_current(e, args.data_dirs, args.results)]
+    current = board_current(args)
     for d in args.datasets:
         mine = [e for e in entries if e.dataset == d]
-        left = [e for e in stale if e.dataset == d]
+        left = [e for e in mine if e not in current]
         print(
             f"{d}: {len(mine) - len(left)} of {len(mine)} {args.budget} records"
             " at this checkout's board settings"
@@ -354,8 +365,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         for e in left:
             state = "at earlier settings" if e.path(args.results).exists() else "missing"
             print(f"  to run: {e.loss} seed {e.seed} ({state})")
-        current = [load_record(e.path(args.results)) for e in mine if e not in left]
-        estimate = time_left(current, len(left))
+        estimate = time_left([r for e, r in current.items() if e.dataset == d], len(left))
         if estimate:
             print(f"  {estimate}")
     return 0
@@ -373,7 +383,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     done = 0
     entries = plan(args.results, args.datasets, args.losses, args.budget)
-    current = current_records(entries, args.data_dirs, args.results)
+    current = board_current(args)
     for entry in entries:
         if args.limit is not None and done >= args.limit:
             break

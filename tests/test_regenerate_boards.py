@@ -255,6 +255,49 @@ def test_until_skips_a_record_expected_to_land_too_late_and_starts_a_shorter_one
     assert ran == [("cwms", "0"), ("margin", "1"), ("ms", "1"), ("cwms", "1")]
 
 
+def test_until_estimates_from_the_whole_board_when_losses_names_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--losses cwms --until``: cwms has no current record, the dataset's other losses do; the
+    estimate draws on them (--losses names what runs, not what the estimate learns from). Both
+    ``run`` and ``status`` see the whole board, so they agree."""
+    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
+    monkeypatch.setattr(rb, "dirty_files", list)
+    clock = [dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)]
+    monkeypatch.setattr(rb, "now", lambda: clock[0])
+    board = {
+        rb.Entry("glyphs", "margin", 0): _timed(1500, 300, "AVX2"),  # 30 min
+        rb.Entry("glyphs", "ms", 0): _timed(2100, 300, "AVX2"),  # 40 min
+    }
+    # Honours the entries it is asked about, as the real one does.
+    monkeypatch.setattr(
+        rb, "current_records", lambda entries, dirs, results: {e: board[e] for e in entries if e in board}
+    )
+    ran: list[str] = []
+
+    class FakeRun:
+        def __init__(self, cmd: list[str], cwd: Path) -> None:
+            ran.append(cmd[cmd.index("--loss") + 1])
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    args = ["--datasets", "glyphs", "--losses", "cwms", "--results", str(tmp_path)]
+    assert rb.main(["run", *args, "--until", "23:30"]) == 0  # 35 min expected, 30 left
+    assert ran == []
+    assert (
+        "not started: glyphs cwms seed 0: expected 35 min (median of 2 current glyphs record(s)), "
+        "30 min left before --until" in capsys.readouterr().out
+    )
+    assert rb.main(["run", *args, "--until", "23:40"]) == 0
+    assert ran == ["cwms"]
+    assert rb.main(["status", *args]) == 0
+    out = capsys.readouterr().out
+    assert "glyphs: 0 of 1 mini records at this checkout's board settings" in out
+    assert "time left ≈ 1 × 0.6 h ≈ 1 h of wall time: the median training time of the 2 current" in out
+
+
 def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_fewer_trials(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
