@@ -36,9 +36,11 @@ calibration pages when the loss is one of the calibration check's six (``benchma
 reads its ``calibp10`` references from the boards) and commit.
 
 ``run --until TIME`` (UTC, ``HH:MM`` or ISO 8601) starts a record only if it is expected to land
-by then: the median training time (search + test) of the same loss's current records on that
-dataset, else of all the dataset's current records (every built-in loss's, whichever ``--losses``
-selects to run), must fit in the time left; a record that
+by then: with ``--extend-earlier``, a run that extends an earlier record is expected to take that
+record's median sampled-trial time for each extra trial plus its test stage's time; any other run, the
+median training time (search + test) of the same loss's current records on that dataset, else of
+all the dataset's current records (every built-in loss's, whichever ``--losses`` selects to run).
+That must fit in the time left; a record that
 does not fit is named with its estimate and skipped, and a later, shorter one may still start.
 A record with nothing to estimate from is not started. Why: a run's unfinished state lives in the
 clone's ``runs/``, which does not survive a change of machine, so a run started too late for the
@@ -228,17 +230,38 @@ def earlier_copy(entry: Entry) -> Path:
     return REPO / "runs" / entry.dataset / PROTOCOL / "earlier-records" / entry.path(Path()).name
 
 
-def extension_args(entry: Entry, data_dirs: dict[str, Path], results: Path) -> tuple[list[str], str]:
+@dataclass(frozen=True)
+class Extension:
+    """What ``run --extend-earlier`` decided for one entry, before anything runs."""
+
+    earlier: RunRecord | None
+    """The board's record whose trials the run's search starts from; None: it searches from scratch."""
+    n_trials: int
+    """Today's trial count (``search.n_trials`` of a run of this checkout)."""
+    why: str
+    """Why it searches from scratch (empty where it extends)."""
+
+
+def extension_of(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Extension:
+    """Whether ``entry``'s run can start from the board's record of it (one preflight, no compute)."""
+    board_file = entry.path(results)
+    todays = target(entry, data_dirs, results)
+    n_trials = int(todays.identity["config"]["search"]["n_trials"])
+    why = extension_refusal(board_file, todays)
+    if why is not None:
+        return Extension(None, n_trials, why)
+    return Extension(load_record(board_file), n_trials, "")
+
+
+def extension_args(entry: Entry, results: Path, extension: Extension) -> tuple[list[str], str]:
     """``run --extend-earlier``: the options that start ``entry``'s search from the board's earlier
     record of it, and what was decided (an empty list: it searches from scratch, and why)."""
-    board_file = entry.path(results)
-    why = extension_refusal(board_file, target(entry, data_dirs, results))
-    if why is not None:
-        return [], f"searching from scratch ({why})"
+    if extension.earlier is None:
+        return [], f"searching from scratch ({extension.why})"
     copy = earlier_copy(entry)
     if not copy.exists():  # an interrupted run keeps the copy its run directory was seeded from
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(board_file, copy)
+        shutil.copyfile(entry.path(results), copy)
     # The earlier record's trials were trained by earlier code: the new record says it mixes code.
     return ["--extend-search", str(copy), "--resume-mixed-code"], f"extending its earlier record ({copy})"
 
@@ -308,10 +331,57 @@ def parse_until(value: str, at: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
 
 
-def estimate_s(entry: Entry, current: dict[Entry, RunRecord]) -> tuple[float, str] | None:
-    """How long ``entry``'s run is expected to take, in seconds, and from what: the median training
-    time of the same loss's current records on its dataset, else of all the dataset's current
-    records; None with neither."""
+#: The ``origin`` of a search's sampled trials: they run one at a time, so each one's ``wall_s`` is
+#: its own cost. The quasi-random start's trials share one pool and each ``wall_s`` runs from the
+#: pool's start, so theirs overstate a trial's cost (ArcFace's five on glyphs: 17 to 46 min each, the
+#: pool 46 min in all).
+SAMPLED = "sampler"
+
+
+def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str] | None:
+    """How long extending ``earlier``'s search to ``n_trials`` trials is expected to take, in
+    seconds, and from what: the trials still to run times the median wall time of its completed
+    sampled trials (the extra trials are all sampled ones), plus its test stage's time (the test
+    stage is retrained whole). None where the record lacks either timing.
+
+    Why not the board's median: an extension trains only the extra trials and the test stage, at
+    the settings the earlier record was trained at but for the trial count, and one loss's sampled
+    trials cost several times another's (medians 4.8 to 18.4 min in glyphs' 10-trial records). It
+    errs long where the earlier record was trained by slower code or a slower machine (glyphs' nine
+    extensions so far took 0.29 to 0.91 of it; benchmarks/README.md), and a run directory already
+    part-way through the extension is still estimated whole: such a run may need starting without
+    ``--until``."""
+    search = earlier.search
+    test = earlier.timings_s.get("test")
+    if search is None or test is None:
+        return None
+    walls = [
+        w
+        for t in search["trials"]
+        if t["state"] == "COMPLETE" and t["origin"] == SAMPLED and (w := t["wall_s"]) is not None
+    ]
+    if not walls:
+        return None
+    more = max(n_trials - len(search["trials"]), 0)
+    per_trial = statistics.median(walls)
+    basis = (
+        f"{more} more trial(s) × the median {per_trial / 60:.1f} min of its earlier record's "
+        f"{len(walls)} sampled trials, + that record's test stage, {test / 60:.0f} min"
+    )
+    return more * per_trial + test, basis
+
+
+def estimate_s(
+    entry: Entry, current: dict[Entry, RunRecord], extension: Extension | None = None
+) -> tuple[float, str] | None:
+    """How long ``entry``'s run is expected to take, in seconds, and from what: for a run that
+    extends an earlier record, :func:`extension_estimate_s`; else the median training time of the
+    same loss's current records on its dataset, else of all the dataset's current records; None
+    with none of these."""
+    if extension is not None and extension.earlier is not None:
+        extended = extension_estimate_s(extension.earlier, extension.n_trials)
+        if extended is not None:
+            return extended
     timed = {
         e: t
         for e, r in current.items()
@@ -332,10 +402,12 @@ def current_records(
     return {e: load_record(e.path(results)) for e in entries if is_current(e, data_dirs, results)}
 
 
-def fits(entry: Entry, current: dict[Entry, RunRecord], until: dt.datetime) -> str | None:
+def fits(
+    entry: Entry, current: dict[Entry, RunRecord], until: dt.datetime, extension: Extension | None = None
+) -> str | None:
     """Why ``entry`` should not start before ``until`` (None: it is expected to land in time)."""
     left = (until - now()).total_seconds()
-    estimate = estimate_s(entry, current)
+    estimate = estimate_s(entry, current, extension)
     if estimate is None:
         return "no current record to estimate its time from (run it without --until)"
     seconds, basis = estimate
@@ -352,6 +424,21 @@ def board_current(args: argparse.Namespace) -> dict[Entry, RunRecord]:
     return current_records(every, args.data_dirs, args.results)
 
 
+def extension_note(entry: Entry, args: argparse.Namespace) -> str:
+    """What ``status`` adds to a record ``run --extend-earlier`` would extend: the estimate that
+    ``--until`` would use for it (empty for a record it would search from scratch)."""
+    if not entry.path(args.results).exists():
+        return ""
+    extension = extension_of(entry, args.data_dirs, args.results)
+    if extension.earlier is None:
+        return ""
+    estimate = extension_estimate_s(extension.earlier, extension.n_trials)
+    if estimate is None:
+        return ""
+    seconds, basis = estimate
+    return f"; --extend-earlier ≈ {seconds / 60:.0f} min: {basis}"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     entries = plan(args.results, args.datasets, args.losses, args.budget)
     current = board_current(args)
@@ -364,7 +451,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for e in left:
             state = "at earlier settings" if e.path(args.results).exists() else "missing"
-            print(f"  to run: {e.loss} seed {e.seed} ({state})")
+            print(f"  to run: {e.loss} seed {e.seed} ({state}{extension_note(e, args)})")
         estimate = time_left([r for e, r in current.items() if e.dataset == d], len(left))
         if estimate:
             print(f"  {estimate}")
@@ -390,12 +477,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if entry in current:
             continue
         label = f"{entry.dataset} {entry.loss} seed {entry.seed}"
-        if args.until is not None and (why := fits(entry, current, args.until)) is not None:
+        extension = extension_of(entry, args.data_dirs, args.results) if args.extend_earlier else None
+        if args.until is not None and (why := fits(entry, current, args.until, extension)) is not None:
             print(f"not started: {label}: {why}", flush=True)
             continue
         cmd = run_command(entry, args.data_dirs, args.results)
-        if args.extend_earlier:
-            extra, decided = extension_args(entry, args.data_dirs, args.results)
+        if extension is not None:
+            extra, decided = extension_args(entry, args.results, extension)
             print(f"{label}: {decided}", flush=True)
             cmd += extra
         code = run_heavy(label, cmd, REPO)

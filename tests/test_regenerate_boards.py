@@ -205,6 +205,48 @@ def test_the_estimate_is_the_same_losss_median_else_the_datasets() -> None:
     assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), {}) is None
 
 
+def _trial(origin: str, wall_s: float | None, state: str = "COMPLETE") -> dict[str, object]:
+    return {"number": None, "state": state, "origin": origin, "params": {}, "value": 0.5,
+            "sampler_value": 0.5, "interruptions": 0, "fold_sem": None, "wall_s": wall_s,
+            "failure": None, "interrupted": False, "folds": []}  # fmt: skip
+
+
+def _searched_for(trials: list[dict[str, object]], test: float | None) -> RunRecord:
+    search = {"sampler": "gp", "n_trials": len(trials), "space": {}, "fixed": {}, "best_trial": 0,
+              "best_value": 0.5, "best_params": {}, "trials": trials}  # fmt: skip
+    timings = {"search": 1.0} if test is None else {"search": 1.0, "test": test}
+    doc = run_record(
+        "ms", "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings, search=search
+    )
+    return parse_record(doc)
+
+
+def test_an_extension_is_expected_to_take_its_extra_sampled_trials_and_a_test_stage() -> None:
+    """The quasi-random start's trials share one pool (each wall time runs from the pool's start),
+    a failed trial's time is not a trial's cost, and a trial without a wall time says nothing: only
+    the complete sampled trials' times count (median 600 s here)."""
+    trials = [_trial("sobol", 3000), _trial("sobol", 3000), _trial("sobol", 3000)]
+    trials += [_trial("sampler", 300), _trial("sampler", 900), _trial("sampler", 600)]
+    trials += [_trial("sampler", 60, state="FAIL"), _trial("sampler", None)]
+    earlier = _searched_for(trials, test=1200)  # 8 trials
+    assert rb.extension_estimate_s(earlier, 12) == (
+        4 * 600 + 1200,
+        "4 more trial(s) × the median 10.0 min of its earlier record's 3 sampled trials, + that "
+        "record's test stage, 20 min",
+    )
+    assert rb.extension_estimate_s(earlier, 8)[0] == 1200  # the test stage only
+    assert rb.extension_estimate_s(_searched_for(trials[:3], test=1200), 12) is None  # no sampled trial
+    assert rb.extension_estimate_s(_searched_for(trials, test=None), 12) is None  # no test time
+    # It comes before the medians of current records; a run searched from scratch uses those.
+    current = {rb.Entry("glyphs", "ms", 1): _timed(1000, 500, "AVX2")}
+    entry = rb.Entry("glyphs", "ms", 0)
+    assert rb.estimate_s(entry, current, rb.Extension(earlier, 12, ""))[0] == 3600
+    assert rb.estimate_s(entry, current, rb.Extension(None, 12, "no earlier record")) == (
+        1500,
+        "median of ms's 1 current record(s)",
+    )
+
+
 def test_until_skips_a_record_expected_to_land_too_late_and_starts_a_shorter_one(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -352,3 +394,62 @@ def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_f
     assert rb.main([*args, "--extend-earlier"]) == 0
     assert all("--extend-search" not in cmd for cmd in ran) and not copy.exists()
     assert "trials [3] are neither complete nor failed" in capsys.readouterr().out
+
+
+def test_until_and_status_estimate_an_extension_from_its_earlier_record(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``run --extend-earlier --until``: a record that can be extended is expected to take its extra
+    trials and test stage (:func:`extension_estimate_s`), not the board's median; one searched from
+    scratch, with no current record on the board, has nothing to estimate from. ``status`` shows the
+    same estimate beside the record it would extend."""
+    import json
+
+    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
+    monkeypatch.setattr(rb, "dirty_files", list)
+    monkeypatch.setattr(rb, "REPO", tmp_path / "clone")
+    clock = dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)
+    monkeypatch.setattr(rb, "now", lambda: clock)
+    repo = Path(__file__).resolve().parent.parent / "results" / "sensitivity"
+    board = tmp_path / "board" / "glyphs" / "mlrc" / "records"
+    board.mkdir(parents=True)
+    shorter = json.loads((repo / "calibp10/glyphs/mlrc/records/margin.mini.seed0.json").read_text())
+    # Seven trials: the five of the quasi-random start and two sampled ones.
+    shorter["config"]["search"]["n_trials"] = shorter["search"]["n_trials"] = 7
+    shorter["search"]["trials"] = shorter["search"]["trials"][:7]
+    (board / "margin.mini.seed0.json").write_text(json.dumps(shorter))
+    shutil.copyfile(
+        repo / "mini-earlier/glyphs/mlrc/records/ms.mini.seed0.json", board / "ms.mini.seed0.json"
+    )
+    ran: list[list[str]] = []
+
+    class FakeRun:
+        def __init__(self, cmd: list[str], cwd: Path) -> None:
+            ran.append(cmd)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    seconds, basis = rb.extension_estimate_s(parse_record(shorter), 20)
+    assert basis.startswith("13 more trial(s) × the median ")
+    common = ["--datasets", "glyphs", "--losses", "margin,ms", "--results", str(tmp_path / "board")]
+    left = dt.timedelta(seconds=seconds - 60)  # a minute short of the extension's estimate
+    until = (clock + left).isoformat()
+    assert rb.main(["run", *common, "--extend-earlier", "--until", until]) == 0
+    assert ran == []
+    out = capsys.readouterr().out
+    assert f"not started: glyphs margin seed 0: expected {seconds / 60:.0f} min ({basis})" in out
+    assert "not started: glyphs ms seed 0: no current record to estimate its time from" in out
+    assert not (tmp_path / "clone" / "runs").exists()  # nothing copied for a run not started
+    until = (clock + left + dt.timedelta(seconds=120)).isoformat()  # a minute to spare
+    only_margin = [*common[:2], "--losses", "margin", *common[4:]]
+    assert rb.main(["run", *only_margin, "--extend-earlier", "--until", until]) == 0
+    assert [cmd[cmd.index("--loss") + 1] for cmd in ran] == ["margin"]
+    assert rb.main(["status", *common]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"to run: margin seed 0 (at earlier settings; --extend-earlier ≈ {seconds / 60:.0f} min: {basis})"
+        in out
+    )
+    assert "to run: ms seed 0 (at earlier settings)" in out
