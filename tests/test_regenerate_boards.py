@@ -5,9 +5,11 @@ check, against a record a real run wrote, is in test_e2e_run.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import committed_checkout, load_benchmark_script
@@ -340,13 +342,12 @@ def test_until_estimates_from_the_whole_board_when_losses_names_one(
     assert "time left ≈ 1 × 0.6 h ≈ 1 h of wall time: the median training time of the 2 current" in out
 
 
-def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_fewer_trials(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    """``run --extend-earlier``: a record at today's settings but with fewer trials seeds the run
-    (from a copy, since the run replaces the board's file); one at other settings does not."""
-    import json
-
+def _extendable_board(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, n_trials: int
+) -> tuple[Path, dict[str, Any], list[list[str]]]:
+    """A glyphs board holding Margin at today's settings but for its first ``n_trials`` trials (a
+    record ``--extend-earlier`` extends) and MS at other settings (one it searches from scratch);
+    runs are recorded, not started. Returns the records folder, Margin's record and the runs."""
     monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
     monkeypatch.setattr(rb, "dirty_files", list)
     monkeypatch.setattr(rb, "REPO", tmp_path / "clone")
@@ -354,8 +355,8 @@ def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_f
     board = tmp_path / "board" / "glyphs" / "mlrc" / "records"
     board.mkdir(parents=True)
     shorter = json.loads((repo / "calibp10/glyphs/mlrc/records/margin.mini.seed0.json").read_text())
-    shorter["config"]["search"]["n_trials"] = shorter["search"]["n_trials"] = 5
-    shorter["search"]["trials"] = shorter["search"]["trials"][:5]
+    shorter["config"]["search"]["n_trials"] = shorter["search"]["n_trials"] = n_trials
+    shorter["search"]["trials"] = shorter["search"]["trials"][:n_trials]
     (board / "margin.mini.seed0.json").write_text(json.dumps(shorter))
     shutil.copyfile(
         repo / "mini-earlier/glyphs/mlrc/records/ms.mini.seed0.json", board / "ms.mini.seed0.json"
@@ -370,6 +371,15 @@ def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_f
             return 0
 
     monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    return board, shorter, ran
+
+
+def test_extend_earlier_starts_from_the_boards_record_only_where_it_differs_in_fewer_trials(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``run --extend-earlier``: a record at today's settings but with fewer trials seeds the run
+    (from a copy, since the run replaces the board's file); one at other settings does not."""
+    board, shorter, ran = _extendable_board(monkeypatch, tmp_path, 5)
     args = ["run", "--datasets", "glyphs", "--losses", "margin,ms", "--results", str(tmp_path / "board")]
     assert rb.main([*args, "--extend-earlier"]) == 0
     margin, ms = ran
@@ -403,34 +413,10 @@ def test_until_and_status_estimate_an_extension_from_its_earlier_record(
     trials and test stage (:func:`extension_estimate_s`), not the board's median; one searched from
     scratch, with no current record on the board, has nothing to estimate from. ``status`` shows the
     same estimate beside the record it would extend."""
-    import json
-
-    monkeypatch.setenv("DMLBENCH_HEAVY_LOCK", str(tmp_path / "heavy.lock"))
-    monkeypatch.setattr(rb, "dirty_files", list)
-    monkeypatch.setattr(rb, "REPO", tmp_path / "clone")
     clock = dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)
     monkeypatch.setattr(rb, "now", lambda: clock)
-    repo = Path(__file__).resolve().parent.parent / "results" / "sensitivity"
-    board = tmp_path / "board" / "glyphs" / "mlrc" / "records"
-    board.mkdir(parents=True)
-    shorter = json.loads((repo / "calibp10/glyphs/mlrc/records/margin.mini.seed0.json").read_text())
     # Seven trials: the five of the quasi-random start and two sampled ones.
-    shorter["config"]["search"]["n_trials"] = shorter["search"]["n_trials"] = 7
-    shorter["search"]["trials"] = shorter["search"]["trials"][:7]
-    (board / "margin.mini.seed0.json").write_text(json.dumps(shorter))
-    shutil.copyfile(
-        repo / "mini-earlier/glyphs/mlrc/records/ms.mini.seed0.json", board / "ms.mini.seed0.json"
-    )
-    ran: list[list[str]] = []
-
-    class FakeRun:
-        def __init__(self, cmd: list[str], cwd: Path) -> None:
-            ran.append(cmd)
-
-        def wait(self, timeout: float | None = None) -> int:
-            return 0
-
-    monkeypatch.setattr(subprocess, "Popen", FakeRun)
+    _, shorter, ran = _extendable_board(monkeypatch, tmp_path, 7)
     seconds, basis = rb.extension_estimate_s(parse_record(shorter), 20)
     assert basis.startswith("13 more trial(s) × the median ")
     common = ["--datasets", "glyphs", "--losses", "margin,ms", "--results", str(tmp_path / "board")]
