@@ -331,13 +331,6 @@ def parse_until(value: str, at: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
 
 
-#: The ``origin`` of a search's sampled trials: they run one at a time, so each one's ``wall_s`` is
-#: its own cost. The quasi-random start's trials share one pool and each ``wall_s`` runs from the
-#: pool's start, so theirs overstate a trial's cost (ArcFace's five on glyphs: 17 to 46 min each, the
-#: pool 46 min in all).
-SAMPLED = "sampler"
-
-
 def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str] | None:
     """How long extending ``earlier``'s search to ``n_trials`` trials is expected to take, in
     seconds, and from what: the trials still to run times the median wall time of its completed
@@ -355,10 +348,13 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     test = earlier.timings_s.get("test")
     if search is None or test is None:
         return None
+    # Sampled trials run one at a time, so each one's wall_s is its own cost. The quasi-random
+    # start's trials ("sobol") share one pool and each wall_s runs from the pool's start, so theirs
+    # overstate a trial's cost (ArcFace's five on glyphs: 17 to 46 min each, the pool 46 min in all).
     walls = [
         w
         for t in search["trials"]
-        if t["state"] == "COMPLETE" and t["origin"] == SAMPLED and (w := t["wall_s"]) is not None
+        if t["state"] == "COMPLETE" and t["origin"] != "sobol" and (w := t["wall_s"]) is not None
     ]
     if not walls:
         return None
@@ -427,16 +423,9 @@ def board_current(args: argparse.Namespace) -> dict[Entry, RunRecord]:
 def extension_note(entry: Entry, args: argparse.Namespace) -> str:
     """What ``status`` adds to a record ``run --extend-earlier`` would extend: the estimate that
     ``--until`` would use for it (empty for a record it would search from scratch)."""
-    if not entry.path(args.results).exists():
-        return ""
-    extension = extension_of(entry, args.data_dirs, args.results)
-    if extension.earlier is None:
-        return ""
-    estimate = extension_estimate_s(extension.earlier, extension.n_trials)
-    if estimate is None:
-        return ""
-    seconds, basis = estimate
-    return f"; --extend-earlier ≈ {seconds / 60:.0f} min: {basis}"
+    ext = extension_of(entry, args.data_dirs, args.results)
+    estimate = None if ext.earlier is None else extension_estimate_s(ext.earlier, ext.n_trials)
+    return "" if estimate is None else f"; --extend-earlier ≈ {estimate[0] / 60:.0f} min: {estimate[1]}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
