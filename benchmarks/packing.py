@@ -41,8 +41,14 @@ class Packing:
 
 
 def fold_seconds(record: dict[str, Any]) -> tuple[float, float]:
-    """The summed wall time of the search folds and of the test folds."""
-    search = sum(f["wall_s"] for t in record["search"]["trials"] for f in t.get("folds") or [])
+    """The summed wall time of the search folds this run trained and of the test folds.
+
+    A search extended from an earlier run's trials (``execution.search_extended_from``) holds
+    their folds too, but its ``timings_s`` cover only the extra trials: those are the ones counted.
+    """
+    copied = (record["execution"].get("search_extended_from") or {}).get("n_trials", 0)
+    trials = record["search"]["trials"][copied:]
+    search = sum(f["wall_s"] for t in trials for f in t.get("folds") or [])
     test = sum(f["wall_s"] for rep in record["test"]["rep_details"] for f in rep["folds"])
     return float(search), float(test)
 
