@@ -386,9 +386,17 @@ class RunRecord:
 
     def training_wall_s(self) -> float | None:
         """``timings_s["search"] + timings_s["test"]``, None when either is missing (a lower bound
-        when :attr:`invocations_without_timings` is above 0)."""
+        when :attr:`invocations_without_timings` is above 0; the extra trials and the test stage
+        only when :attr:`search_extended`)."""
         search, test = self.timings_s.get("search"), self.timings_s.get("test")
         return None if search is None or test is None else search + test
+
+    @property
+    def search_extended(self) -> bool:
+        """Whether the search started from another run's trials (``--extend-search``): the
+        record's ``timings_s`` then cover only its extra trials and its test stage, the source's
+        stay under ``execution.search_extended_from`` (docs/protocols.md)."""
+        return bool((self.parsed.get("execution") or {}).get("search_extended_from"))
 
     @property
     def invocations_without_timings(self) -> int | None:

@@ -39,7 +39,8 @@ reads its ``calibp10`` references from the boards) and commit.
 by then: with ``--extend-earlier``, a run that extends an earlier record is expected to take that
 record's median sampled-trial time for each extra trial plus its test stage's time; any other run, the
 median training time (search + test) of the same loss's current records on that dataset, else of
-all the dataset's current records (every built-in loss's, whichever ``--losses`` selects to run).
+all the dataset's current records (every built-in loss's, whichever ``--losses`` selects to run),
+counting only records searched from scratch (an extended record's timings cover its extra trials).
 That must fit in the time left; a record that
 does not fit is named with its estimate and skipped, and a later, shorter one may still start.
 A record with nothing to estimate from is not started. Why: a run's unfinished state lives in the
@@ -286,15 +287,23 @@ def parse_data_dirs(values: Sequence[str]) -> dict[str, Path]:
     return dirs
 
 
+def from_scratch_wall_s(record: RunRecord) -> float | None:
+    """The record's training time (search + test, :meth:`RunRecord.training_wall_s`) where it
+    estimates a search from scratch; None for a record whose search started from an earlier run's
+    trials (:attr:`RunRecord.search_extended`), whose timings cover only its extra trials: glyphs'
+    board at 20 trials held ten such records, whose median was about half a full search's."""
+    return None if record.search_extended else record.training_wall_s()
+
+
 def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
-    """An estimate of the wall time the ``n_left`` runs still to make take: ``n_left`` times the
-    median training time (search + test, :meth:`RunRecord.training_wall_s`) of the dataset's current
-    records, with their range, CPU kinds and jobs so a reader can judge it. None with nothing left
-    or no current record with both timings.
+    """An estimate of the wall time the ``n_left`` runs still to make take when each searches from
+    scratch: ``n_left`` times the median training time (:func:`from_scratch_wall_s`) of the
+    dataset's current records, with their range, CPU kinds and jobs so a reader can judge it. None
+    with nothing left or no current record searched from scratch with both timings.
 
     Only an estimate: a record's time includes any time it ran beside other work, and the losses
     left may train longer or shorter than those landed."""
-    timed = [(r, t) for r in current if (t := r.training_wall_s()) is not None]
+    timed = [(r, t) for r in current if (t := from_scratch_wall_s(r)) is not None]
     if not timed or n_left <= 0:
         return None
     hours = [t / 3600 for _, t in timed]
@@ -302,10 +311,36 @@ def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
     jobs = sorted({r.recorded_text("execution", "jobs") for r, _ in timed})
     median = statistics.median(hours)
     return (
-        f"time left ≈ {n_left} × {median:.1f} h ≈ {n_left * median:.0f} h of wall time: the median "
-        f"training time of the {len(hours)} current record(s) (range {min(hours):.1f}–{max(hours):.1f} h; "
-        f"CPU kinds {', '.join(kinds)}; jobs {', '.join(jobs)}); an estimate, longer where those records "
-        "ran beside other work"
+        f"time left ≈ {n_left} × {median:.1f} h ≈ {n_left * median:.0f} h of wall time searching each "
+        f"from scratch: the median training time of the {len(hours)} current record(s) searched from "
+        f"scratch (range {min(hours):.1f}–{max(hours):.1f} h; CPU kinds {', '.join(kinds)}; jobs "
+        f"{', '.join(jobs)}); an estimate, longer where those records ran beside other work"
+    )
+
+
+def time_left_extending(current: Sequence[RunRecord], extensions: Sequence[float | None]) -> str | None:
+    """The time left with ``--extend-earlier``: the sum of the per-record estimates of the runs it
+    would extend (``extensions``: seconds, :func:`extension_estimate_s`; None for a run it would
+    search from scratch), plus the median of :func:`time_left` for each of the others. None where
+    no run would extend an earlier record (:func:`time_left` says it all)."""
+    extended = [s for s in extensions if s is not None]
+    if not extended:
+        return None
+    n_rest = len(extensions) - len(extended)
+    hours = sum(extended) / 3600
+    walls = [t for r in current if (t := from_scratch_wall_s(r)) is not None]
+    if not n_rest:
+        total, rest = f"≈ {hours:.0f} h", ""
+    elif walls:
+        median = statistics.median(walls) / 3600
+        total = f"≈ {hours + n_rest * median:.0f} h"
+        rest = f" ({hours:.0f} h) + {n_rest} × {median:.1f} h for those it would search from scratch"
+    else:
+        total = f"≥ {hours:.0f} h"
+        rest = f", + {n_rest} run(s) it would search from scratch, with nothing to estimate them from"
+    return (
+        f"time left with --extend-earlier {total}: the sum of the {len(extended)} estimate(s) "
+        f"above{rest}; such estimates have erred long (benchmarks/README.md)"
     )
 
 
@@ -372,8 +407,8 @@ def estimate_s(
 ) -> tuple[float, str] | None:
     """How long ``entry``'s run is expected to take, in seconds, and from what: for a run that
     extends an earlier record, :func:`extension_estimate_s`; else the median training time of the
-    same loss's current records on its dataset, else of all the dataset's current records; None
-    with none of these."""
+    same loss's current records on its dataset, else of all the dataset's current records (those
+    searched from scratch: :func:`from_scratch_wall_s`); None with none of these."""
     if extension is not None and extension.earlier is not None:
         extended = extension_estimate_s(extension.earlier, extension.n_trials)
         if extended is not None:
@@ -381,7 +416,7 @@ def estimate_s(
     timed = {
         e: t
         for e, r in current.items()
-        if e.dataset == entry.dataset and (t := r.training_wall_s()) is not None
+        if e.dataset == entry.dataset and (t := from_scratch_wall_s(r)) is not None
     }
     same = [t for e, t in timed.items() if e.loss == entry.loss]
     if same:
@@ -420,12 +455,11 @@ def board_current(args: argparse.Namespace) -> dict[Entry, RunRecord]:
     return current_records(every, args.data_dirs, args.results)
 
 
-def extension_note(entry: Entry, args: argparse.Namespace) -> str:
-    """What ``status`` adds to a record ``run --extend-earlier`` would extend: the estimate that
-    ``--until`` would use for it (empty for a record it would search from scratch)."""
+def status_extension(entry: Entry, args: argparse.Namespace) -> tuple[float, str] | None:
+    """The estimate ``run --extend-earlier --until`` would use for ``entry`` (seconds and basis;
+    None for a record it would search from scratch)."""
     ext = extension_of(entry, args.data_dirs, args.results)
-    estimate = None if ext.earlier is None else extension_estimate_s(ext.earlier, ext.n_trials)
-    return "" if estimate is None else f"; --extend-earlier ≈ {estimate[0] / 60:.0f} min: {estimate[1]}"
+    return None if ext.earlier is None else extension_estimate_s(ext.earlier, ext.n_trials)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -438,12 +472,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{d}: {len(mine) - len(left)} of {len(mine)} {args.budget} records"
             " at this checkout's board settings"
         )
+        extensions = []
         for e in left:
             state = "at earlier settings" if e.path(args.results).exists() else "missing"
-            print(f"  to run: {e.loss} seed {e.seed} ({state}{extension_note(e, args)})")
-        estimate = time_left([r for e, r in current.items() if e.dataset == d], len(left))
-        if estimate:
-            print(f"  {estimate}")
+            ext = status_extension(e, args)
+            note = "" if ext is None else f"; --extend-earlier ≈ {ext[0] / 60:.0f} min: {ext[1]}"
+            extensions.append(None if ext is None else ext[0])
+            print(f"  to run: {e.loss} seed {e.seed} ({state}{note})")
+        mine_current = [r for e, r in current.items() if e.dataset == d]
+        for estimate in (time_left(mine_current, len(left)), time_left_extending(mine_current, extensions)):
+            if estimate:
+                print(f"  {estimate}")
     return 0
 
 

@@ -383,7 +383,9 @@ def test_report_convergence_table(tmp_path: Path, capsys: pytest.CaptureFixture[
     ms["timings_s"] = {"search": 30.0, "test": 12.5}
     for i, fold in enumerate(ms["test"]["rep_details"][0]["folds"]):
         fold.update(best_epoch=min(i + 1, 3), wall_s=10.0 * (i + 1))  # others: best 3, wall 1.0
-    ms["execution"] = {"invocations": 1, "invocations_without_timings": 0}
+    # Its search started from an earlier run's trials: its timings cover the extra work only.
+    ms["execution"] = {"invocations": 1, "invocations_without_timings": 0,
+                       "search_extended_from": {"n_trials": 10}}  # fmt: skip
     # A run SIGKILLed once: its timings miss that invocation, so its training time is a lower bound.
     cosface = mlrc_record("cosface", "CosFace", 16)
     cosface["timings_s"] = {"search": 0.5, "test": 20.0}
@@ -404,18 +406,19 @@ def test_report_convergence_table(tmp_path: Path, capsys: pytest.CaptureFixture[
         "3 / 3",
         "1.0 / 1.0",
         str(3 * (11 + 16)),
-        "42",
+        "+ 42",
     ]
     assert rows["ms"][8] == "AVX512" and rows["arcface"][8] == "–"  # the synthetic arcface has no CPU
     assert rows["arcface"][3] == "converged"
     assert rows["cosface"][7] == "≥ 20" and rows["arcface"][7] == "–"
-    assert "`≥`: a lower bound" in md
+    assert "`≥`: a lower bound" in md and "`+`: the extra trials and the test stage only" in md
 
     assert main([*args, "--format", "csv"]) == 0
     by_loss = {r["loss"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
     assert (by_loss["ms"]["test_patience_stops"], by_loss["ms"]["test_fold_trainings"]) == ("14", "16")
     assert by_loss["ms"]["test_median_fold_wall_s"] == "1.0" and by_loss["arcface"]["training_wall_s"] == ""
     assert [by_loss[k]["invocations_without_timings"] for k in ("ms", "arcface", "cosface")] == ["0", "", "1"]
+    assert [by_loss[k]["search_extended"] for k in ("ms", "arcface", "cosface")] == ["True", "False", "False"]
 
     assert main([*args, "--format", "tex"]) == 2
     assert "--convergence prints one table in md or csv; got --format tex" in capsys.readouterr().err

@@ -156,25 +156,51 @@ def test_adopt_copies_only_records_at_todays_settings_and_rewrites_the_board(
     assert "adopted:" not in capsys.readouterr().out
 
 
-def _timed(search: float, test: float | None, cpu: str) -> RunRecord:
+def _timed(search: float, test: float | None, cpu: str, extended: bool = False) -> RunRecord:
+    """A record with these timings; ``extended``: its search started from an earlier run's 10
+    trials, so its timings cover only the extra trials and the test stage."""
     timings = {"search": search} if test is None else {"search": search, "test": test}
     doc = run_record("ms", "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings)
     doc["environment"]["cpu_capability"] = cpu
     doc["execution"] = {"jobs": 2}
+    if extended:
+        doc["execution"]["search_extended_from"] = {"n_trials": 10, "timings_s": {"search": 9000.0}}
     return parse_record(doc)
 
 
 def test_status_estimates_the_time_left_from_the_current_records_and_says_from_what() -> None:
     # 1 h, 3 h and 2 h of training (search + test); the third record lacks its test time, and a
-    # record without both timings is left out rather than counted as zero.
+    # record without both timings is left out rather than counted as zero. The fourth extended an
+    # earlier search: its 10 min cover only its extra trials, so it says nothing of a full search.
     current = [_timed(3000, 600, "AVX2"), _timed(9000, 1800, "AVX512"), _timed(7200, None, "AVX2")]
+    current.append(_timed(300, 300, "AVX2", extended=True))
     assert rb.time_left(current, 5) == (
-        "time left ≈ 5 × 2.0 h ≈ 10 h of wall time: the median training time of the 2 current "
-        "record(s) (range 1.0–3.0 h; CPU kinds AVX2, AVX512; jobs 2); an estimate, longer where "
-        "those records ran beside other work"
+        "time left ≈ 5 × 2.0 h ≈ 10 h of wall time searching each from scratch: the median training "
+        "time of the 2 current record(s) searched from scratch (range 1.0–3.0 h; CPU kinds AVX2, "
+        "AVX512; jobs 2); an estimate, longer where those records ran beside other work"
     )
     assert rb.time_left(current, 0) is None  # nothing left
     assert rb.time_left(current[2:], 5) is None  # nothing to estimate from
+
+
+def test_status_sums_the_extension_estimates_for_the_time_left_with_extend_earlier() -> None:
+    """Each run that would extend an earlier record counts its own estimate (seconds here); one
+    searched from scratch counts the from-scratch median (2 h), or nothing when there is none."""
+    current = [_timed(3000, 600, "AVX2"), _timed(9000, 1800, "AVX512"), _timed(300, 300, "AVX2", True)]
+    tail = "; such estimates have erred long (benchmarks/README.md)"
+    assert rb.time_left_extending(current, [3600, 7200]) == (
+        "time left with --extend-earlier ≈ 3 h: the sum of the 2 estimate(s) above" + tail
+    )
+    assert rb.time_left_extending(current, [3600, None, 7200, None]) == (
+        "time left with --extend-earlier ≈ 7 h: the sum of the 2 estimate(s) above (3 h) + 2 × 2.0 h "
+        "for those it would search from scratch" + tail
+    )
+    assert rb.time_left_extending(current[2:], [3600, None]) == (
+        "time left with --extend-earlier ≥ 1 h: the sum of the 1 estimate(s) above, + 1 run(s) it "
+        "would search from scratch, with nothing to estimate them from" + tail
+    )
+    assert rb.time_left_extending(current, [None, None]) is None  # time_left says it all
+    assert rb.time_left_extending(current, []) is None
 
 
 def test_until_is_the_next_such_utc_time_or_an_iso_time() -> None:
@@ -194,6 +220,9 @@ def test_the_estimate_is_the_same_losss_median_else_the_datasets() -> None:
         rb.Entry("omniglot", "ms", 0): _timed(1000, 500, "AVX2"),  # 1,500 s
         rb.Entry("omniglot", "ms", 1): _timed(2000, 500, "AVX2"),  # 2,500 s
         rb.Entry("omniglot", "margin", 0): _timed(3000, 1000, "AVX2"),  # 4,000 s
+        # Extended from an earlier search: its timings cover its extra trials only, never counted.
+        rb.Entry("omniglot", "ms", 3): _timed(100, 100, "AVX2", extended=True),
+        rb.Entry("omniglot", "triplet", 0): _timed(100, 100, "AVX2", extended=True),
         rb.Entry("glyphs", "ms", 0): _timed(9000, 1000, "AVX2"),  # another dataset: never counted
     }
     assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), current) == (
@@ -339,7 +368,8 @@ def test_until_estimates_from_the_whole_board_when_losses_names_one(
     assert rb.main(["status", *args]) == 0
     out = capsys.readouterr().out
     assert "glyphs: 0 of 1 mini records at this checkout's board settings" in out
-    assert "time left ≈ 1 × 0.6 h ≈ 1 h of wall time: the median training time of the 2 current" in out
+    assert "time left ≈ 1 × 0.6 h ≈ 1 h of wall time searching each from scratch: the median" in out
+    assert "--extend-earlier" not in out  # no record to extend
 
 
 def _extendable_board(
@@ -437,5 +467,11 @@ def test_until_and_status_estimate_an_extension_from_its_earlier_record(
     assert (
         f"to run: margin seed 0 (at earlier settings; --extend-earlier ≈ {seconds / 60:.0f} min: {basis})"
         in out
+    )
+    # The board has no current record to estimate MS's search from scratch from.
+    assert "time left ≈" not in out
+    assert (
+        f"time left with --extend-earlier ≥ {seconds / 3600:.0f} h: the sum of the 1 estimate(s) above, "
+        "+ 1 run(s) it would search from scratch, with nothing to estimate them from" in out
     )
     assert "to run: ms seed 0 (at earlier settings)" in out

@@ -38,6 +38,7 @@ _CSV_FIELDS = (
     "fold_epochs",
     "training_wall_s",
     "invocations_without_timings",
+    "search_extended",
     "cpu_capability",
     "commit",
 )
@@ -54,9 +55,14 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def _wall(values: Mapping[str, Any]) -> str:
-    """The training wall time, ``≥``-prefixed when invocations without timings make it a lower bound."""
+    """The training wall time, ``≥``-prefixed when invocations without timings make it a lower bound,
+    ``+``-prefixed when it covers only an extended search's extra trials and the test stage."""
     text = _num(values["training_wall_s"], ".0f")
-    return f"≥ {text}" if values["invocations_without_timings"] and text != "–" else text
+    if text == "–":
+        return text
+    if values["search_extended"]:
+        text = f"+ {text}"
+    return f"≥ {text}" if values["invocations_without_timings"] else text
 
 
 def convergence_values(record: RunRecord) -> dict[str, Any]:
@@ -74,6 +80,7 @@ def convergence_values(record: RunRecord) -> dict[str, Any]:
         "fold_epochs": stats["search"]["epochs"] + stats["test"]["epochs"],
         "training_wall_s": record.training_wall_s(),
         "invocations_without_timings": record.invocations_without_timings,
+        "search_extended": record.search_extended,
         "cpu_capability": _cpu(record),
         "commit": record.commit,
     }
@@ -87,7 +94,9 @@ def convergence_markdown(lb: Leaderboard) -> str:
         "Fold trainings stopped by patience (search, test), the run's verdict, the median best epoch "
         "and median wall time of the fold trainings (search / test), all fold epochs, and the "
         "record's training time (search + test); `*`: stops derived for an older record; `≥`: a "
-        "lower bound, some invocations of the run ended without saving their timings (SIGKILL).",
+        "lower bound, some invocations of the run ended without saving their timings (SIGKILL); `+`: "
+        "the extra trials and the test stage only, the search having started from an earlier "
+        "run's trials (`--extend-search`).",
     ]
     for section in lb.sections:
         lines += [
