@@ -340,7 +340,7 @@ def time_left_extending(current: Sequence[RunRecord], extensions: Sequence[float
         rest = f", + {n_rest} run(s) it would search from scratch, with nothing to estimate them from"
     return (
         f"time left with --extend-earlier {total}: the sum of the {len(extended)} estimate(s) "
-        f"above{rest}; such estimates have erred long (benchmarks/README.md)"
+        f"above{rest}; each rests on its earlier record's trial times (benchmarks/README.md compares runs)"
     )
 
 
@@ -375,8 +375,9 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     Why not the board's median: an extension trains only the extra trials and the test stage, at
     the settings the earlier record was trained at but for the trial count, and one loss's sampled
     trials cost several times another's (medians 4.8 to 18.4 min in glyphs' 10-trial records). It
-    errs long where the earlier record was trained by slower code or a slower machine (glyphs' nine
-    extensions so far took 0.29 to 0.91 of it; benchmarks/README.md), and a run directory already
+    errs long where the earlier record was trained by slower code or a slower machine (glyphs' ten
+    extensions so far took 0.29 to 0.91 of it; omniglot's NT-Xent, the first there, 1.19;
+    benchmarks/README.md), and a run directory already
     part-way through the extension is still estimated whole: such a run may need starting without
     ``--until``."""
     search = earlier.search

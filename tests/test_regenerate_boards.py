@@ -187,7 +187,7 @@ def test_status_sums_the_extension_estimates_for_the_time_left_with_extend_earli
     """Each run that would extend an earlier record counts its own estimate (seconds here); one
     searched from scratch counts the from-scratch median (2 h), or nothing when there is none."""
     current = [_timed(3000, 600, "AVX2"), _timed(9000, 1800, "AVX512"), _timed(300, 300, "AVX2", True)]
-    tail = "; such estimates have erred long (benchmarks/README.md)"
+    tail = "; each rests on its earlier record's trial times (benchmarks/README.md compares runs)"
     assert rb.time_left_extending(current, [3600, 7200]) == (
         "time left with --extend-earlier ≈ 3 h: the sum of the 2 estimate(s) above" + tail
     )
