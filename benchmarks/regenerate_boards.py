@@ -295,18 +295,24 @@ def from_scratch_wall_s(record: RunRecord) -> float | None:
     return None if record.search_extended else record.training_wall_s()
 
 
+def from_scratch_hours(current: Sequence[RunRecord]) -> list[tuple[RunRecord, float]]:
+    """The current records that estimate a search from scratch, each with its training time in
+    hours (:func:`from_scratch_wall_s`); both time-left lines take their median from these."""
+    return [(r, t / 3600) for r in current if (t := from_scratch_wall_s(r)) is not None]
+
+
 def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
     """An estimate of the wall time the ``n_left`` runs still to make take when each searches from
-    scratch: ``n_left`` times the median training time (:func:`from_scratch_wall_s`) of the
+    scratch: ``n_left`` times the median training time (:func:`from_scratch_hours`) of the
     dataset's current records, with their range, CPU kinds and jobs so a reader can judge it. None
     with nothing left or no current record searched from scratch with both timings.
 
     Only an estimate: a record's time includes any time it ran beside other work, and the losses
     left may train longer or shorter than those landed."""
-    timed = [(r, t) for r in current if (t := from_scratch_wall_s(r)) is not None]
+    timed = from_scratch_hours(current)
     if not timed or n_left <= 0:
         return None
-    hours = [t / 3600 for _, t in timed]
+    hours = [h for _, h in timed]
     kinds = sorted({r.recorded_text("environment", "cpu_capability") for r, _ in timed})
     jobs = sorted({r.recorded_text("execution", "jobs") for r, _ in timed})
     median = statistics.median(hours)
@@ -318,26 +324,39 @@ def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
     )
 
 
-def time_left_extending(current: Sequence[RunRecord], extensions: Sequence[float | None]) -> str | None:
+def time_left_extending(
+    current: Sequence[RunRecord], extensions: Sequence[float | None], n_untimed: int = 0
+) -> str | None:
     """The time left with ``--extend-earlier``: the sum of the per-record estimates of the runs it
     would extend (``extensions``: seconds, :func:`extension_estimate_s`; None for a run it would
-    search from scratch), plus the median of :func:`time_left` for each of the others. None where
-    no run would extend an earlier record (:func:`time_left` says it all)."""
+    search from scratch), plus the from-scratch median of :func:`time_left` for each of the others
+    and for each of the ``n_untimed`` runs it would extend from an earlier record that lacks the
+    trial timings to estimate them from (each counted at that median too, but named as an extension).
+    None where no run would extend an earlier record (:func:`time_left` says it all)."""
     extended = [s for s in extensions if s is not None]
-    if not extended:
+    if not extended and not n_untimed:
         return None
-    n_rest = len(extensions) - len(extended)
+    n_scratch = len(extensions) - len(extended)
+    others = n_scratch + n_untimed
+    verbs = " or ".join(
+        verb
+        for n, verb in (
+            (n_scratch, "search from scratch"),
+            (n_untimed, "extend from an earlier record without trial timings"),
+        )
+        if n
+    )
     hours = sum(extended) / 3600
-    walls = [t for r in current if (t := from_scratch_wall_s(r)) is not None]
-    if not n_rest:
+    walls = [h for _, h in from_scratch_hours(current)]
+    if not others:
         total, rest = f"≈ {hours:.0f} h", ""
     elif walls:
-        median = statistics.median(walls) / 3600
-        total = f"≈ {hours + n_rest * median:.0f} h"
-        rest = f" ({hours:.0f} h) + {n_rest} × {median:.1f} h for those it would search from scratch"
+        median = statistics.median(walls)
+        total = f"≈ {hours + others * median:.0f} h"
+        rest = f" ({hours:.0f} h) + {others} × {median:.1f} h for those it would {verbs}"
     else:
         total = f"≥ {hours:.0f} h"
-        rest = f", + {n_rest} run(s) it would search from scratch, with nothing to estimate them from"
+        rest = f", + {others} run(s) it would {verbs}, with nothing to estimate them from"
     return (
         f"time left with --extend-earlier {total}: the sum of the {len(extended)} estimate(s) "
         f"above{rest}; each rests on its earlier record's trial times (benchmarks/README.md compares runs)"
@@ -456,11 +475,14 @@ def board_current(args: argparse.Namespace) -> dict[Entry, RunRecord]:
     return current_records(every, args.data_dirs, args.results)
 
 
-def status_extension(entry: Entry, args: argparse.Namespace) -> tuple[float, str] | None:
-    """The estimate ``run --extend-earlier --until`` would use for ``entry`` (seconds and basis;
-    None for a record it would search from scratch)."""
+def status_extension(entry: Entry, args: argparse.Namespace) -> tuple[bool, tuple[float, str] | None]:
+    """Whether ``run --extend-earlier`` would extend an earlier record for ``entry``, and the
+    estimate ``--until`` would use for it (seconds and basis; None where it searches from scratch
+    or the earlier record lacks the timings)."""
     ext = extension_of(entry, args.data_dirs, args.results)
-    return None if ext.earlier is None else extension_estimate_s(ext.earlier, ext.n_trials)
+    if ext.earlier is None:
+        return False, None
+    return True, extension_estimate_s(ext.earlier, ext.n_trials)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -473,15 +495,24 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{d}: {len(mine) - len(left)} of {len(mine)} {args.budget} records"
             " at this checkout's board settings"
         )
-        extensions = []
+        extensions: list[float | None] = []
+        n_untimed = 0
         for e in left:
             state = "at earlier settings" if e.path(args.results).exists() else "missing"
-            ext = status_extension(e, args)
-            note = "" if ext is None else f"; --extend-earlier ≈ {ext[0] / 60:.0f} min: {ext[1]}"
-            extensions.append(None if ext is None else ext[0])
+            extends, ext = status_extension(e, args)
+            if ext is not None:
+                note = f"; --extend-earlier ≈ {ext[0] / 60:.0f} min: {ext[1]}"
+                extensions.append(ext[0])
+            elif extends:
+                note = "; --extend-earlier extends it, but its trial timings are missing: no estimate"
+                n_untimed += 1
+            else:
+                note = ""
+                extensions.append(None)
             print(f"  to run: {e.loss} seed {e.seed} ({state}{note})")
         mine_current = [r for e, r in current.items() if e.dataset == d]
-        for estimate in (time_left(mine_current, len(left)), time_left_extending(mine_current, extensions)):
+        lines = (time_left(mine_current, len(left)), time_left_extending(mine_current, extensions, n_untimed))
+        for estimate in lines:
             if estimate:
                 print(f"  {estimate}")
     return 0

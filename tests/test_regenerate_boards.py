@@ -201,6 +201,18 @@ def test_status_sums_the_extension_estimates_for_the_time_left_with_extend_earli
     )
     assert rb.time_left_extending(current, [None, None]) is None  # time_left says it all
     assert rb.time_left_extending(current, []) is None
+    # A run it would extend from an earlier record that lacks trial timings: estimated as a whole
+    # search, and said to be an extension rather than a search from scratch.
+    assert rb.time_left_extending(current, [3600, None], n_untimed=1) == (
+        "time left with --extend-earlier ≈ 5 h: the sum of the 1 estimate(s) above (1 h) + 2 × 2.0 h "
+        "for those it would search from scratch or extend from an earlier record without trial "
+        "timings" + tail
+    )
+    assert rb.time_left_extending(current[2:], [], n_untimed=2) == (
+        "time left with --extend-earlier ≥ 0 h: the sum of the 0 estimate(s) above, + 2 run(s) it "
+        "would extend from an earlier record without trial timings, with nothing to estimate them "
+        "from" + tail
+    )
 
 
 def test_until_is_the_next_such_utc_time_or_an_iso_time() -> None:
@@ -475,3 +487,17 @@ def test_until_and_status_estimate_an_extension_from_its_earlier_record(
         "+ 1 run(s) it would search from scratch, with nothing to estimate them from" in out
     )
     assert "to run: ms seed 0 (at earlier settings)" in out
+    # Without its sampled trials' wall times the record is still one it extends, with no estimate.
+    for trial in shorter["search"]["trials"]:
+        trial["wall_s"] = None
+    (tmp_path / "board/glyphs/mlrc/records/margin.mini.seed0.json").write_text(json.dumps(shorter))
+    assert rb.main(["status", *common]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "to run: margin seed 0 (at earlier settings; --extend-earlier extends it, but its trial "
+        "timings are missing: no estimate)" in out
+    )
+    assert (
+        "time left with --extend-earlier ≥ 0 h: the sum of the 0 estimate(s) above, + 2 run(s) it "
+        "would search from scratch or extend from an earlier record without trial timings" in out
+    )
