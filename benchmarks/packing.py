@@ -14,8 +14,13 @@ search waiting for a trial's result before proposing the next) plus the stage's 
 scheduling change could bring, for the folds as they are; it needs no timing run, only the
 records, and is independent of the machine's load as far as the records' own stages were.
 
-Each line: record, jobs, search packing, test packing, whole-run packing, and the bound
-1 / packing. The closing lines give the medians.
+An interrupted trial (``interruptions``, a run stopped and resumed mid-trial) retrains its
+unfinished folds: the work lost counts in the stage's wall time but in no fold's ``wall_s``, so it
+reads as idle time a scheduler could not recover. Each such record says how many trials it
+interrupted, and the closing lines give the median both over all records and over those without.
+
+Each line: record, jobs, search packing, test packing, whole-run packing, the bound
+1 / packing and the interrupted trials it counts. The closing lines give the medians.
 """
 
 from __future__ import annotations
@@ -38,17 +43,22 @@ class Packing:
     search: float
     test: float
     total: float
+    interrupted: int
+    """Trials this run's search counted that were interrupted at least once."""
+
+
+def counted_trials(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The search trials this run trained: a search extended from an earlier run's trials
+    (``execution.search_extended_from``) holds their folds too, but its ``timings_s`` cover only
+    the extra trials."""
+    copied = (record["execution"].get("search_extended_from") or {}).get("n_trials", 0)
+    return list(record["search"]["trials"][copied:])
 
 
 def fold_seconds(record: dict[str, Any]) -> tuple[float, float]:
-    """The summed wall time of the search folds this run trained and of the test folds.
-
-    A search extended from an earlier run's trials (``execution.search_extended_from``) holds
-    their folds too, but its ``timings_s`` cover only the extra trials: those are the ones counted.
-    """
-    copied = (record["execution"].get("search_extended_from") or {}).get("n_trials", 0)
-    trials = record["search"]["trials"][copied:]
-    search = sum(f["wall_s"] for t in trials for f in t.get("folds") or [])
+    """The summed wall time of the search folds this run trained (:func:`counted_trials`) and of
+    the test folds."""
+    search = sum(f["wall_s"] for t in counted_trials(record) for f in t.get("folds") or [])
     test = sum(f["wall_s"] for rep in record["test"]["rep_details"] for f in rep["folds"])
     return float(search), float(test)
 
@@ -64,16 +74,18 @@ def packing(record: dict[str, Any]) -> Packing:
         search=search_s / held_search,
         test=test_s / held_test,
         total=(search_s + test_s) / (held_search + held_test),
+        interrupted=sum(1 for t in counted_trials(record) if t.get("interruptions", 0)),
     )
 
 
 def table(paths: Sequence[Path]) -> str:
     """One Markdown row per MLRC record under ``paths``, then the medians."""
     lines = [
-        "| record | jobs | search | test | run | bound on a scheduling speed-up |",
-        "|---|---|---|---|---|---|",
+        "| record | jobs | search | test | run | bound on a scheduling speed-up | interrupted trials |",
+        "|---|---|---|---|---|---|---|",
     ]
     totals: list[float] = []
+    whole: list[float] = []
     for path in paths:
         for file in sorted(path.glob("*.json")):
             record = json.loads(file.read_text())
@@ -81,9 +93,11 @@ def table(paths: Sequence[Path]) -> str:
                 continue
             p = packing(record)
             totals.append(p.total)
+            if not p.interrupted:
+                whole.append(p.total)
             lines.append(
                 f"| {file.parent.parent.parent.name}/{file.stem} | {p.jobs} | {p.search:.1%} | "
-                f"{p.test:.1%} | {p.total:.1%} | {1 / p.total:.2f}x |"
+                f"{p.test:.1%} | {p.total:.1%} | {1 / p.total:.2f}x | {p.interrupted or ''} |"
             )
     if totals:
         median = statistics.median(totals)
@@ -93,6 +107,13 @@ def table(paths: Sequence[Path]) -> str:
             f"(range {min(totals):.1%}-{max(totals):.1%}), so a better scheduler could make the median "
             f"run at most {1 / median:.2f}x faster.",
         ]
+        if whole and len(whole) < len(totals):
+            median_whole = statistics.median(whole)
+            lines.append(
+                f"The {len(whole)} records without an interrupted trial: median {median_whole:.1%} "
+                f"(range {min(whole):.1%}-{max(whole):.1%}); the other {len(totals) - len(whole)} count "
+                "work lost to an interruption as idle time."
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -62,3 +62,28 @@ def test_the_table_has_a_row_per_record_and_the_median(
     assert out.count("| omniglot/") == n
     assert f"{n} records: median run packing" in out
     assert pk.main([str(tmp_path / "missing")]) == 2
+
+
+def test_records_with_interrupted_trials_are_counted_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Work an interruption lost counts in the stage's wall time, in no fold's: such a record says
+    how many of its trials were interrupted, and the closing lines give the median without it."""
+    pk = _module()
+    source = REPO / "results" / "glyphs" / "mlrc" / "records" / "mfcont.mini.seed0.json"
+    record = json.loads(source.read_text())
+    assert not pk.packing(record).interrupted
+    (tmp_path / "a" / "b" / "clean").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "clean" / "mfcont.json").write_text(json.dumps(record))
+    for trial in record["search"]["trials"][2:4]:
+        trial["interruptions"] = 1
+    assert pk.packing(record).interrupted == 2
+    (tmp_path / "a" / "b" / "cut").mkdir()
+    (tmp_path / "a" / "b" / "cut" / "mfcont.json").write_text(json.dumps(record))
+    assert pk.main([str(tmp_path / "a" / "b" / "clean"), str(tmp_path / "a" / "b" / "cut")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| a/mfcont")]
+    assert [row.rsplit("|", 2)[1].strip() for row in rows] == ["", "2"]
+    assert "2 records: median run packing" in out
+    assert "The 1 records without an interrupted trial: median" in out
+    assert "the other 1 count work lost to an interruption as idle time." in out
