@@ -428,11 +428,14 @@ def estimate_s(
     """How long ``entry``'s run is expected to take, in seconds, and from what: for a run that
     extends an earlier record, :func:`extension_estimate_s`; else the median training time of the
     same loss's current records on its dataset, else of all the dataset's current records (those
-    searched from scratch: :func:`from_scratch_wall_s`); None with none of these."""
+    searched from scratch: :func:`from_scratch_wall_s`), as for a whole search where the earlier
+    record it extends lacks the trial timings (the basis says so); None with none of these."""
+    untimed = ""
     if extension is not None and extension.earlier is not None:
         extended = extension_estimate_s(extension.earlier, extension.n_trials)
         if extended is not None:
             return extended
+        untimed = "; the earlier record it extends lacks the trial timings to estimate from"
     timed = {
         e: t
         for e, r in current.items()
@@ -440,9 +443,10 @@ def estimate_s(
     }
     same = [t for e, t in timed.items() if e.loss == entry.loss]
     if same:
-        return statistics.median(same), f"median of {entry.loss}'s {len(same)} current record(s)"
+        return statistics.median(same), f"median of {entry.loss}'s {len(same)} current record(s){untimed}"
     if timed:
-        return statistics.median(timed.values()), f"median of {len(timed)} current {entry.dataset} record(s)"
+        basis = f"median of {len(timed)} current {entry.dataset} record(s){untimed}"
+        return statistics.median(timed.values()), basis
     return None
 
 

@@ -246,6 +246,15 @@ def test_the_estimate_is_the_same_losss_median_else_the_datasets() -> None:
         "median of 3 current omniglot record(s)",
     )
     assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), {}) is None
+    # A run that extends an earlier record without trial timings is estimated as a whole search,
+    # and the basis says why.
+    untimed = rb.Extension(earlier=_timed(1000, 500, "AVX2"), n_trials=20, why="")
+    assert rb.extension_estimate_s(untimed.earlier, 20) is None
+    assert rb.estimate_s(rb.Entry("omniglot", "ms", 2), current, untimed) == (
+        2000,
+        "median of ms's 2 current record(s); the earlier record it extends lacks the trial timings "
+        "to estimate from",
+    )
 
 
 def _trial(origin: str, wall_s: float | None, state: str = "COMPLETE") -> dict[str, object]:
