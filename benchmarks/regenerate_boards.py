@@ -395,7 +395,8 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     the settings the earlier record was trained at but for the trial count, and one loss's sampled
     trials cost several times another's (medians 4.8 to 18.4 min in glyphs' 10-trial records). It
     errs long where the earlier record was trained by slower code or a slower machine (glyphs' ten
-    extensions so far took 0.29 to 0.91 of it; omniglot's NT-Xent, the first there, 1.19;
+    extensions so far took 0.29 to 0.91 of it; omniglot's NT-Xent, the first there, 1.19; glyphs'
+    MPA-AP 1.38, its extra trials' median 7.8 min against the 4.8 it was estimated from;
     benchmarks/README.md), and a run directory already
     part-way through the extension is still estimated whole: such a run may need starting without
     ``--until``."""
