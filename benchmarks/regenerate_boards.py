@@ -394,12 +394,12 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     Why not the board's median: an extension trains only the extra trials and the test stage, at
     the settings the earlier record was trained at but for the trial count, and one loss's sampled
     trials cost several times another's (medians 4.8 to 18.4 min in glyphs' 10-trial records). It
-    errs long where the earlier record was trained by slower code or a slower machine (glyphs' ten
-    extensions so far took 0.29 to 0.91 of it; omniglot's NT-Xent, the first there, 1.19; glyphs'
-    MPA-AP 1.38, its extra trials' median 7.8 min against the 4.8 it was estimated from;
-    benchmarks/README.md), and a run directory already
-    part-way through the extension is still estimated whole: such a run may need starting without
-    ``--until``."""
+    errs either way: long where the earlier record was trained by slower code or a slower machine
+    (glyphs' first ten extensions took 0.29 to 0.91 of it), short where the extra trials cost
+    more than the five sampled ones it takes its median from (omniglot's NT-Xent
+    1.19, MeanFieldContrastive 1.36; glyphs' MPA-AP 1.38, its extra trials' median 7.8 min
+    against 4.8; benchmarks/README.md). A run directory already part-way through the extension
+    is still estimated whole: such a run may need starting without ``--until``."""
     search = earlier.search
     test = earlier.timings_s.get("test")
     if search is None or test is None:
