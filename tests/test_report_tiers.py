@@ -307,3 +307,44 @@ def test_replication_compares_seeds_only_within_one_settings_group(tmp_path: Pat
     # counted as a fresh seed that reverses it.
     rows = [line for line in earlier_part.splitlines() if line.startswith("| single seed |")]
     assert rows and all(line.endswith("| 0 |") for line in rows)
+
+
+def test_replication_names_the_seed_splits_that_hold_no_pair(tmp_path: Path) -> None:
+    """While a board is regenerated a group's seeds can hold different losses (a's seed 2 and b's
+    and c's seed 0 moved to other settings): a split whose seeds share fewer than two losses has
+    no pair to test and is listed as not evaluated, not counted as 'none called different'."""
+    records = [
+        seeded("a", 0.50, 0, "1"),
+        seeded("a", 0.54, 1, "2"),
+        seeded("b", 0.30, 1, "3"),
+        seeded("b", 0.33, 2, "4"),
+        seeded("c", 0.60, 1, "5"),
+        seeded("c", 0.62, 2, "6"),
+    ]
+    root = write(tmp_path, records)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| single seed (")]
+    # Only seeds 1 and 2 share two losses (b and c): those two splits, two columns each.
+    assert sorted({line.split(" | ")[0] + " | " + line.split(" | ")[1] for line in rows}) == [
+        "| single seed (1) | 2",
+        "| single seed (2) | 1",
+    ]
+    assert "single seed (0) at fresh seed 2 (shared: none)" in out
+    assert "single seed (0) at fresh seed 1 (shared: a)" in out
+    assert "2 seeds folded (1,2) at fresh seed 0 (shared: none)" in out
+
+
+def test_replication_of_one_multi_seed_loss_has_nothing_to_replicate(tmp_path: Path) -> None:
+    """One loss at several seeds beside single-seed losses holds no pair at two seeds."""
+    records = [seeded("a", 0.50, 0, "1"), seeded("a", 0.54, 1, "2"), seeded("b", 0.30, 0, "3")]
+    root = write(tmp_path, records)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "two losses with records at the same two search seeds" in proc.stderr
