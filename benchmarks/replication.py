@@ -10,7 +10,9 @@ losses that have records of several search seeds:
 - multi-seed board: seeds A1..Ak folded (two-level model), its significant pairs; at a fresh
   seed B, how many keep their order (B's means), and how many are significant on B's board.
 
-Every split of the available seeds into (board seeds, fresh seed) is evaluated and summed.
+Every split of the available seeds into (board seeds, fresh seed) is evaluated and summed, except
+a split whose seeds share fewer than two losses (no pair to test): those are listed as not
+evaluated.
 Prints a Markdown table; ``--out`` also writes it (docs/replication.md is generated this way).
 
     python benchmarks/replication.py --dataset omniglot --out docs/replication.md
