@@ -397,9 +397,11 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     errs either way: long where the earlier record was trained by slower code or a slower machine
     (glyphs' first ten extensions took 0.29 to 0.91 of it), short where the extra trials cost
     more than the five sampled ones it takes its median from (omniglot's NT-Xent
-    1.19, MeanFieldContrastive 1.36; glyphs' MPA-AP 1.38, its extra trials' median 7.8 min
-    against 4.8; benchmarks/README.md). A run directory already part-way through the extension
-    is still estimated whole: such a run may need starting without ``--until``."""
+    1.19, MeanFieldContrastive 1.36, ClassWiseMultiSimilarity 1.44, CosFace seed 1 2.6 (its extra
+    trials' median 3.8 min against 1.4, its earlier record from another host); glyphs' MPA-AP 1.38,
+    its extra trials' median 7.8 min against 4.8; benchmarks/README.md). A run directory already
+    part-way through the extension is still estimated whole: such a run may need starting without
+    ``--until``."""
     search = earlier.search
     test = earlier.timings_s.get("test")
     if search is None or test is None:
