@@ -311,15 +311,17 @@ def test_replication_compares_seeds_only_within_one_settings_group(tmp_path: Pat
 
 def test_replication_names_the_seed_splits_that_hold_no_pair(tmp_path: Path) -> None:
     """While a board is regenerated a group's seeds can hold different losses (a's seed 2 and b's
-    and c's seed 0 moved to other settings): a split whose seeds share fewer than two losses has
-    no pair to test and is listed as not evaluated, not counted as 'none called different'."""
+    seed 1 moved to other settings): a split whose seeds share fewer than two losses has no pair to
+    test and is listed as not evaluated, not counted as 'none called different'."""
     records = [
         seeded("a", 0.50, 0, "1"),
         seeded("a", 0.54, 1, "2"),
-        seeded("b", 0.30, 1, "3"),
+        seeded("b", 0.30, 0, "3"),
         seeded("b", 0.33, 2, "4"),
         seeded("c", 0.60, 1, "5"),
         seeded("c", 0.62, 2, "6"),
+        seeded("d", 0.40, 1, "7"),
+        seeded("d", 0.41, 2, "8"),
     ]
     root = write(tmp_path, records)
     out = subprocess.run(
@@ -328,14 +330,33 @@ def test_replication_names_the_seed_splits_that_hold_no_pair(tmp_path: Path) -> 
         capture_output=True, text=True, check=True, cwd=ROOT,
     ).stdout  # fmt: skip
     rows = [line for line in out.splitlines() if line.startswith("| single seed (")]
-    # Only seeds 1 and 2 share two losses (b and c): those two splits, two columns each.
+    # Only seeds 1 and 2 share two losses (c and d): those two splits, two columns each.
     assert sorted({line.split(" | ")[0] + " | " + line.split(" | ")[1] for line in rows}) == [
         "| single seed (1) | 2",
         "| single seed (2) | 1",
     ]
-    assert "single seed (0) at fresh seed 2 (shared: none)" in out
     assert "single seed (0) at fresh seed 1 (shared: a)" in out
+    assert "single seed (0) at fresh seed 2 (shared: b)" in out
     assert "2 seeds folded (1,2) at fresh seed 0 (shared: none)" in out
+    assert "Left out" not in out
+
+
+def test_replication_leaves_out_a_seed_one_loss_alone_holds(tmp_path: Path) -> None:
+    """Margin's fourth seed beside CosFace's three (omniglot): a seed that one loss alone has
+    records at is in no pair, so it is left out and named, and the three shared seeds give folded
+    boards (with it kept, every folded board included it and held margin alone)."""
+    records = [seeded("a", 0.50 + 0.01 * s, s, f"a{s}") for s in range(3)]
+    records += [seeded("b", 0.30 + 0.01 * s, s, f"b{s}") for s in range(4)]
+    root = write(tmp_path, records)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    assert "Left out, as one loss alone has records there: seed 3 (b)." in out
+    folded = {line.split(" | ")[0] for line in out.splitlines() if "seeds folded (" in line}
+    assert folded == {"| 2 seeds folded (1,2)", "| 2 seeds folded (0,2)", "| 2 seeds folded (0,1)"}
+    assert "Not evaluated" not in out and "| multi-seed |" in out
 
 
 def test_replication_of_one_multi_seed_loss_has_nothing_to_replicate(tmp_path: Path) -> None:
