@@ -24,6 +24,16 @@ from benchmark.stats.seeds import SCOPE_BOTH, SCOPE_TRAINING, row_estimates
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def replicate(root: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/replication.py`` on the glyphs mini board under ``root``; ``check``: raise
+    unless it exits 0."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
+         "--results-dir", str(root), "--budget", "mini"],
+        capture_output=True, text=True, check=check, cwd=ROOT,
+    )  # fmt: skip
+
+
 def seeded(loss: str, value: float, seed: int, created: str, **kw: Any) -> dict[str, Any]:
     rec = make_record(loss, loss.upper(), dict.fromkeys(MLRC, value), created, **kw)
     rec["seed"] = seed
@@ -183,11 +193,7 @@ def test_compare_cli_defaults_to_holm(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_replication_script_runs(tmp_path: Path) -> None:
     root = write(tmp_path, _board())
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
-         "--results-dir", str(root), "--budget", "mini"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
+    out = replicate(root)
     assert "| single seed |" in out.stdout and "Called different" in out.stdout
 
 
@@ -295,11 +301,7 @@ def test_replication_compares_seeds_only_within_one_settings_group(tmp_path: Pat
         r["config"]["train"] = {"patience": 3}
     today = [seeded("a", 0.20, 0, "7"), seeded("b", 0.60, 0, "8")]  # the order of a and b flips
     root = write(tmp_path, [*earlier, *today])
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
-         "--results-dir", str(root), "--budget", "mini"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    ).stdout  # fmt: skip
+    out = replicate(root).stdout
     today_part, earlier_part = out.split("## `mini (earlier settings ")
     assert "## `mini`" in today_part and "Nothing to replicate yet" in today_part
     assert "seeds per loss: a [0, 1], b [0, 1]" in earlier_part
@@ -324,11 +326,7 @@ def test_replication_names_the_seed_splits_that_hold_no_pair(tmp_path: Path) -> 
         seeded("d", 0.41, 2, "8"),
     ]
     root = write(tmp_path, records)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
-         "--results-dir", str(root), "--budget", "mini"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    ).stdout  # fmt: skip
+    out = replicate(root).stdout
     rows = [line for line in out.splitlines() if line.startswith("| single seed (")]
     # Only seeds 1 and 2 share two losses (c and d): those two splits, two columns each.
     assert sorted({line.split(" | ")[0] + " | " + line.split(" | ")[1] for line in rows}) == [
@@ -348,11 +346,7 @@ def test_replication_leaves_out_a_seed_one_loss_alone_holds(tmp_path: Path) -> N
     records = [seeded("a", 0.50 + 0.01 * s, s, f"a{s}") for s in range(3)]
     records += [seeded("b", 0.30 + 0.01 * s, s, f"b{s}") for s in range(4)]
     root = write(tmp_path, records)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
-         "--results-dir", str(root), "--budget", "mini"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    ).stdout  # fmt: skip
+    out = replicate(root).stdout
     assert "Left out, as one loss alone has records there: seed 3 (b)." in out
     folded = {line.split(" | ")[0] for line in out.splitlines() if "seeds folded (" in line}
     assert folded == {"| 2 seeds folded (1,2)", "| 2 seeds folded (0,2)", "| 2 seeds folded (0,1)"}
@@ -363,9 +357,5 @@ def test_replication_of_one_multi_seed_loss_has_nothing_to_replicate(tmp_path: P
     """One loss at several seeds beside single-seed losses holds no pair at two seeds."""
     records = [seeded("a", 0.50, 0, "1"), seeded("a", 0.54, 1, "2"), seeded("b", 0.30, 0, "3")]
     root = write(tmp_path, records)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replication.py"), "--dataset", "glyphs",
-         "--results-dir", str(root), "--budget", "mini"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = replicate(root, check=False)
     assert proc.returncode == 2 and "two losses with records at the same two search seeds" in proc.stderr
