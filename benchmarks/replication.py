@@ -65,12 +65,11 @@ def shared_losses(by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int
 
 
 def evaluate(
-    by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int], fresh: int
+    by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int], fresh: int, common: set[str]
 ) -> dict[tuple[str, str], list[int]] | None:
     """Per column: [significant on the board, order kept at fresh, still significant at fresh,
-    flipped and significant at fresh] over the pairs both boards hold. None where they hold no
-    pair (fewer than two losses at every one of the seeds)."""
-    common = shared_losses(by_seed, board_seeds, fresh)
+    flipped and significant at fresh] over the pairs of ``common`` (the losses at every one of
+    the seeds, see shared_losses). None where that holds fewer than two losses."""
     if len(common) < 2:
         return None
     board_records = [r for s in board_seeds for r in by_seed[s]]
@@ -155,19 +154,18 @@ def group_lines(records: Sequence[RunRecord]) -> list[str] | None:
     no_pair: list[str] = []
     for kind, board_seeds, fresh in designs:
         label = f"{kind} ({','.join(map(str, board_seeds))})"
-        result = evaluate(by_seed, board_seeds, fresh)
+        common = shared_losses(by_seed, board_seeds, fresh)
+        result = evaluate(by_seed, board_seeds, fresh, common)
         if result is None:
             # Seeds of one group can hold different losses while a board is being regenerated
             # (a loss's seed 0 moved to today's settings, its seeds 1 and 2 not yet): such a
             # design has no pair to test, which is not the same as no pair called different.
-            shared = ", ".join(sorted(shared_losses(by_seed, board_seeds, fresh))) or "none"
+            shared = ", ".join(sorted(common)) or "none"
             no_pair.append(f"{label} at fresh seed {fresh} (shared: {shared})")
             continue
         for col, c in result.items():
             lines.append(f"| {label} | {fresh} | {col[0]} {col[1]} | {c[0]} | {c[1]} | {c[2]} | {c[3]} |")
-            t = totals.setdefault(
-                (kind.split(" (")[0] if "folded" not in kind else "multi-seed", col), [0, 0, 0, 0]
-            )
+            t = totals.setdefault(("multi-seed" if "folded" in kind else kind, col), [0, 0, 0, 0])
             for k in range(4):
                 t[k] += c[k]
     if not totals:
