@@ -87,6 +87,7 @@ from heavy_lock import run_heavy  # noqa: E402
 
 from benchmark.analysis.provenance import uncommitted_code_files  # noqa: E402
 from benchmark.config import config_to_dict  # noqa: E402
+from benchmark.engine.host import cpu_model  # noqa: E402
 from benchmark.errors import DmlbenchError  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
@@ -385,7 +386,9 @@ def parse_until(value: str, at: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
 
 
-def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str] | None:
+def extension_estimate_s(
+    earlier: RunRecord, n_trials: int, host: str | None = None
+) -> tuple[float, str] | None:
     """How long extending ``earlier``'s search to ``n_trials`` trials is expected to take, in
     seconds, and from what: the trials still to run times the median wall time of its completed
     sampled trials (the extra trials are all sampled ones), plus its test stage's time (the test
@@ -401,7 +404,9 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
     trials' median 3.8 min against 1.4, its earlier record from another host); glyphs' MPA-AP 1.38,
     its extra trials' median 7.8 min against 4.8; benchmarks/README.md). A run directory already
     part-way through the extension is still estimated whole: such a run may need starting without
-    ``--until``."""
+    ``--until``. With ``host`` (this machine's CPU model) the basis names an earlier record trained
+    on another CPU model: the estimate does not scale for it, as no two hosts' speeds have been
+    measured apart from their code and load."""
     search = earlier.search
     test = earlier.timings_s.get("test")
     if search is None or test is None:
@@ -422,6 +427,9 @@ def extension_estimate_s(earlier: RunRecord, n_trials: int) -> tuple[float, str]
         f"{more} more trial(s) × the median {per_trial / 60:.1f} min of its earlier record's "
         f"{len(walls)} sampled trials, + that record's test stage, {test / 60:.0f} min"
     )
+    there = earlier.parsed["environment"].get("cpu_model")
+    if host is not None and there is not None and there != host:
+        basis += f"; that record ran on {there}, this machine is {host}"
     return more * per_trial + test, basis
 
 
@@ -435,7 +443,7 @@ def estimate_s(
     record it extends lacks the trial timings (the basis says so); None with none of these."""
     untimed = ""
     if extension is not None and extension.earlier is not None:
-        extended = extension_estimate_s(extension.earlier, extension.n_trials)
+        extended = extension_estimate_s(extension.earlier, extension.n_trials, cpu_model())
         if extended is not None:
             return extended
         untimed = "; the earlier record it extends lacks the trial timings to estimate from"
@@ -489,7 +497,7 @@ def status_extension(entry: Entry, args: argparse.Namespace) -> tuple[bool, tupl
     ext = extension_of(entry, args.data_dirs, args.results)
     if ext.earlier is None:
         return False, None
-    return True, extension_estimate_s(ext.earlier, ext.n_trials)
+    return True, extension_estimate_s(ext.earlier, ext.n_trials, cpu_model())
 
 
 def cmd_status(args: argparse.Namespace) -> int:

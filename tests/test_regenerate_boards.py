@@ -273,6 +273,22 @@ def _searched_for(trials: list[dict[str, object]], test: float | None) -> RunRec
     return parse_record(doc)
 
 
+def test_an_extension_estimate_names_an_earlier_record_from_another_cpu_model() -> None:
+    """The estimate does not scale for the host (no two hosts' speeds are measured apart), but its
+    basis says when the earlier record trained on another CPU model; on the same one, or where
+    the record names none, it says nothing of it."""
+    trials = [_trial("sobol", 3000), _trial("sampler", 300), _trial("sampler", 900)]
+    earlier = _searched_for(trials, test=600)
+    earlier.parsed["environment"]["cpu_model"] = "AMD EPYC"
+    seconds, basis = rb.extension_estimate_s(earlier, 5, "Intel(R) Xeon(R) Processor")
+    assert seconds == 2 * 600 + 600
+    assert basis.endswith("; that record ran on AMD EPYC, this machine is Intel(R) Xeon(R) Processor")
+    assert "ran on" not in rb.extension_estimate_s(earlier, 5, "AMD EPYC")[1]
+    assert "ran on" not in rb.extension_estimate_s(earlier, 5)[1]
+    del earlier.parsed["environment"]["cpu_model"]
+    assert "ran on" not in rb.extension_estimate_s(earlier, 5, "Intel(R) Xeon(R) Processor")[1]
+
+
 def test_an_extension_is_expected_to_take_its_extra_sampled_trials_and_a_test_stage() -> None:
     """The quasi-random start's trials share one pool (each wall time runs from the pool's start),
     a failed trial's time is not a trial's cost, and a trial without a wall time says nothing: only
@@ -468,7 +484,7 @@ def test_until_and_status_estimate_an_extension_from_its_earlier_record(
     monkeypatch.setattr(rb, "now", lambda: clock)
     # Seven trials: the five of the quasi-random start and two sampled ones.
     _, shorter, ran = _extendable_board(monkeypatch, tmp_path, 7)
-    seconds, basis = rb.extension_estimate_s(parse_record(shorter), 20)
+    seconds, basis = rb.extension_estimate_s(parse_record(shorter), 20, rb.cpu_model())  # as run does
     assert basis.startswith("13 more trial(s) × the median ")
     common = ["--datasets", "glyphs", "--losses", "margin,ms", "--results", str(tmp_path / "board")]
     left = dt.timedelta(seconds=seconds - 60)  # a minute short of the extension's estimate

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from benchmark.analysis.provenance import CODE_PATHSPEC, uncommitted_code_files
+from benchmark.engine.host import cpu_model
 from benchmark.metrics.knn import gpu_search_enabled
 
 _PACKAGES = (
@@ -84,17 +85,6 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what the platform module says)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def environment_info(device: torch.device) -> dict[str, Any]:
