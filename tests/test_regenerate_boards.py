@@ -263,13 +263,17 @@ def _trial(origin: str, wall_s: float | None, state: str = "COMPLETE") -> dict[s
             "failure": None, "interrupted": False, "folds": []}  # fmt: skip
 
 
-def _searched_for(trials: list[dict[str, object]], test: float | None) -> RunRecord:
+def _searched_for(
+    trials: list[dict[str, object]], test: float | None, cpu_model: str | None = None
+) -> RunRecord:
     search = {"sampler": "gp", "n_trials": len(trials), "space": {}, "fixed": {}, "best_trial": 0,
               "best_value": 0.5, "best_params": {}, "trials": trials}  # fmt: skip
     timings = {"search": 1.0} if test is None else {"search": 1.0, "test": test}
     doc = run_record(
         "ms", "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings, search=search
     )
+    if cpu_model is not None:
+        doc["environment"]["cpu_model"] = cpu_model
     return parse_record(doc)
 
 
@@ -278,15 +282,14 @@ def test_an_extension_estimate_names_an_earlier_record_from_another_cpu_model() 
     basis says when the earlier record trained on another CPU model; on the same one, or where
     the record names none, it says nothing of it."""
     trials = [_trial("sobol", 3000), _trial("sampler", 300), _trial("sampler", 900)]
-    earlier = _searched_for(trials, test=600)
-    earlier.parsed["environment"]["cpu_model"] = "AMD EPYC"
+    earlier = _searched_for(trials, test=600, cpu_model="AMD EPYC")
     seconds, basis = rb.extension_estimate_s(earlier, 5, "Intel(R) Xeon(R) Processor")
     assert seconds == 2 * 600 + 600
     assert basis.endswith("; that record ran on AMD EPYC, this machine is Intel(R) Xeon(R) Processor")
     assert "ran on" not in rb.extension_estimate_s(earlier, 5, "AMD EPYC")[1]
     assert "ran on" not in rb.extension_estimate_s(earlier, 5)[1]
-    del earlier.parsed["environment"]["cpu_model"]
-    assert "ran on" not in rb.extension_estimate_s(earlier, 5, "Intel(R) Xeon(R) Processor")[1]
+    unnamed = _searched_for(trials, test=600)
+    assert "ran on" not in rb.extension_estimate_s(unnamed, 5, "Intel(R) Xeon(R) Processor")[1]
 
 
 def test_an_extension_is_expected_to_take_its_extra_sampled_trials_and_a_test_stage() -> None:
