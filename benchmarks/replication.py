@@ -65,13 +65,14 @@ def shared_losses(by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int
 
 
 def evaluate(
-    by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int], fresh: int, common: set[str]
-) -> dict[tuple[str, str], list[int]] | None:
-    """Per column: [significant on the board, order kept at fresh, still significant at fresh,
-    flipped and significant at fresh] over the pairs of ``common`` (the losses at every one of
-    the seeds, see shared_losses). None where that holds fewer than two losses."""
+    by_seed: dict[int, list[RunRecord]], board_seeds: Sequence[int], fresh: int
+) -> tuple[set[str], dict[tuple[str, str], list[int]] | None]:
+    """The losses at every one of the seeds (:func:`shared_losses`) and, per column over their
+    pairs: [significant on the board, order kept at fresh, still significant at fresh, flipped and
+    significant at fresh]; None in place of the counts where fewer than two losses are shared."""
+    common = shared_losses(by_seed, board_seeds, fresh)
     if len(common) < 2:
-        return None
+        return common, None
     board_records = [r for s in board_seeds for r in by_seed[s]]
     _, board = _board([r for r in board_records if r.loss in common])
     _, again = _board([r for r in by_seed[fresh] if r.loss in common])
@@ -87,7 +88,7 @@ def evaluate(
             counts[2] += sig2 and (diff > 0) == (diff2 > 0)
             counts[3] += sig2 and (diff > 0) != (diff2 > 0)
         out[col] = counts
-    return out
+    return common, out
 
 
 def _seeds(records: Sequence[RunRecord], loss: str) -> list[int]:
@@ -154,8 +155,7 @@ def group_lines(records: Sequence[RunRecord]) -> list[str] | None:
     no_pair: list[str] = []
     for kind, board_seeds, fresh in designs:
         label = f"{kind} ({','.join(map(str, board_seeds))})"
-        common = shared_losses(by_seed, board_seeds, fresh)
-        result = evaluate(by_seed, board_seeds, fresh, common)
+        common, result = evaluate(by_seed, board_seeds, fresh)
         if result is None:
             # Seeds of one group can hold different losses while a board is being regenerated
             # (a loss's seed 0 moved to today's settings, its seeds 1 and 2 not yet): such a
