@@ -91,8 +91,9 @@ from benchmark.engine.host import cpu_model  # noqa: E402
 from benchmark.errors import DmlbenchError  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
-from benchmark.protocol.extend_search import check_record_source, run_identity  # noqa: E402
+from benchmark.protocol.extend_search import JOURNAL, check_record_source, run_identity  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
+from benchmark.protocol.run_files import run_dir_name, saved_test_folds  # noqa: E402
 from benchmark.protocol.space import search_document  # noqa: E402
 from benchmark.records import (  # noqa: E402
     RunRecord,
@@ -102,6 +103,7 @@ from benchmark.records import (  # noqa: E402
     settings_key,
     settings_of,
 )
+from benchmark.search.study import counted_in_journal  # noqa: E402
 
 PROTOCOL = "mlrc"
 BUDGET = "mini"
@@ -233,6 +235,30 @@ def earlier_copy(entry: Entry) -> Path:
 
 
 @dataclass(frozen=True)
+class PartWay:
+    """What a stopped run left in its run directory, which the next run of it reuses."""
+
+    trials: int
+    """Trials counted in its study (an extension's include those of the record it extends)."""
+    folds: int
+    """Test-stage fold trainings saved."""
+    of_folds: int
+    """Test-stage fold trainings in all (``test.reps`` × ``protocol.n_folds``)."""
+
+
+def part_way(entry: Entry, todays: Target) -> PartWay | None:
+    """What the run directory of ``entry``'s run by this checkout holds (None: there is none);
+    read as the run reads it on resuming, without opening the run."""
+    run_dir = REPO / "runs" / entry.dataset / PROTOCOL / run_dir_name(todays.identity)
+    if not run_dir.exists():
+        return None
+    config = todays.identity["config"]
+    reps, n_folds = int(config["test"]["reps"]), int(config["protocol"]["n_folds"])
+    saved = saved_test_folds(run_dir, reps, n_folds)
+    return PartWay(counted_in_journal(run_dir / JOURNAL), saved, reps * n_folds)
+
+
+@dataclass(frozen=True)
 class Extension:
     """What ``run --extend-earlier`` decided for one entry, before anything runs."""
 
@@ -242,6 +268,8 @@ class Extension:
     """Today's trial count (``search.n_trials`` of a run of this checkout)."""
     why: str
     """Why it searches from scratch (empty where it extends)."""
+    part_way: PartWay | None = None
+    """What a stopped run of the extension left (None: no run directory yet)."""
 
 
 def extension_of(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Extension:
@@ -252,7 +280,7 @@ def extension_of(entry: Entry, data_dirs: dict[str, Path], results: Path) -> Ext
     why = extension_refusal(board_file, todays)
     if why is not None:
         return Extension(None, n_trials, why)
-    return Extension(load_record(board_file), n_trials, "")
+    return Extension(load_record(board_file), n_trials, "", part_way(entry, todays))
 
 
 def extension_args(entry: Entry, results: Path, extension: Extension) -> tuple[list[str], str]:
@@ -387,7 +415,7 @@ def parse_until(value: str, at: dt.datetime) -> dt.datetime:
 
 
 def extension_estimate_s(
-    earlier: RunRecord, n_trials: int, host: str | None = None
+    earlier: RunRecord, n_trials: int, host: str | None = None, done: PartWay | None = None
 ) -> tuple[float, str] | None:
     """How long extending ``earlier``'s search to ``n_trials`` trials is expected to take, in
     seconds, and from what: the trials still to run times the median wall time of its completed
@@ -402,11 +430,12 @@ def extension_estimate_s(
     more than the five sampled ones it takes its median from (omniglot's NT-Xent
     1.19, MeanFieldContrastive 1.36, ClassWiseMultiSimilarity 1.44, CosFace seed 1 2.6 (its extra
     trials' median 3.8 min against 1.4, its earlier record from another host); glyphs' MPA-AP 1.38,
-    its extra trials' median 7.8 min against 4.8; benchmarks/README.md). A run directory already
-    part-way through the extension is still estimated whole: such a run may need starting without
-    ``--until``. With ``host`` (this machine's CPU model) the basis names an earlier record trained
-    on another CPU model: the estimate does not scale for it, as no two hosts' speeds have been
-    measured apart from their code and load."""
+    its extra trials' median 7.8 min against 4.8; benchmarks/README.md). With ``done`` (what a
+    stopped run of the extension left) the trials it counts and the test-stage folds it saved are
+    not counted again: the test stage's time is taken in proportion to the folds left. With
+    ``host`` (this machine's CPU model) the basis names an earlier record trained on another CPU
+    model: the estimate does not scale for it, as no two hosts' speeds have been measured apart
+    from their code and load."""
     search = earlier.search
     test = earlier.timings_s.get("test")
     if search is None or test is None:
@@ -421,16 +450,31 @@ def extension_estimate_s(
     ]
     if not walls:
         return None
-    more = max(n_trials - len(search["trials"]), 0)
+    have = len(search["trials"]) if done is None else max(len(search["trials"]), done.trials)
+    more = max(n_trials - have, 0)
     per_trial = statistics.median(walls)
+    if done is None or done.folds == 0:
+        test_s, test_basis = test, f"that record's test stage, {test / 60:.0f} min"
+    else:
+        left = done.of_folds - done.folds
+        test_s = test * left / done.of_folds
+        test_basis = (
+            f"{left} of its {done.of_folds} test-stage fold trainings at that record's pace, "
+            f"{test_s / 60:.0f} min"
+        )
     basis = (
         f"{more} more trial(s) × the median {per_trial / 60:.1f} min of its earlier record's "
-        f"{len(walls)} sampled trials, + that record's test stage, {test / 60:.0f} min"
+        f"{len(walls)} sampled trials, + {test_basis}"
     )
+    if done is not None:
+        basis += (
+            f"; its run directory already holds {done.trials} counted trial(s) and {done.folds} of "
+            f"{done.of_folds} test-stage fold trainings"
+        )
     there = earlier.parsed["environment"].get("cpu_model")
     if host is not None and there is not None and there != host:
         basis += f"; that record ran on {there}, this machine is {host}"
-    return more * per_trial + test, basis
+    return more * per_trial + test_s, basis
 
 
 def estimate_s(
@@ -443,7 +487,9 @@ def estimate_s(
     record it extends lacks the trial timings (the basis says so); None with none of these."""
     untimed = ""
     if extension is not None and extension.earlier is not None:
-        extended = extension_estimate_s(extension.earlier, extension.n_trials, cpu_model())
+        extended = extension_estimate_s(
+            extension.earlier, extension.n_trials, cpu_model(), extension.part_way
+        )
         if extended is not None:
             return extended
         untimed = "; the earlier record it extends lacks the trial timings to estimate from"
@@ -497,7 +543,7 @@ def status_extension(entry: Entry, args: argparse.Namespace) -> tuple[bool, tupl
     ext = extension_of(entry, args.data_dirs, args.results)
     if ext.earlier is None:
         return False, None
-    return True, extension_estimate_s(ext.earlier, ext.n_trials, cpu_model())
+    return True, extension_estimate_s(ext.earlier, ext.n_trials, cpu_model(), ext.part_way)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

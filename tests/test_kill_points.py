@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from benchmark.faults import ENV
+from benchmark.io import read_json
+from benchmark.protocol.run_files import run_dir_name, saved_test_folds
+from benchmark.search.study import counted_in_journal
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +89,18 @@ def record(root: Path) -> dict[str, Any]:
     return rec
 
 
+def saved_progress(root: Path) -> tuple[int, int]:
+    """(trials counted, test folds saved) in the run directory, read as planning reads a stopped
+    run (benchmarks/regenerate_boards.py), from the name its identity gives."""
+    (identity_file,) = (root / "runs" / "glyphs" / "mlrc").glob("*/run.json")
+    identity = read_json(identity_file)
+    run_dir = identity_file.parent
+    assert run_dir.name == run_dir_name(identity)
+    config = identity["config"]
+    folds = saved_test_folds(run_dir, config["test"]["reps"], config["protocol"]["n_folds"])
+    return counted_in_journal(run_dir / "study.journal"), folds
+
+
 def comparable(rec: dict[str, Any]) -> dict[str, Any]:
     """Everything a resumed run must reproduce exactly (not timings, dates or paths)."""
     trials = [{k: t[k] for k in ("number", "state", "params", "value")} for t in rec["search"]["trials"]]
@@ -110,16 +125,25 @@ def test_killed_at_every_point_then_resumed_equals_an_uninterrupted_run(
 
     root = tmp_path / "killed"
     killed = []
+    progress = []
     for point in KILLS:
         proc = dmlbench(root, cache_dir, kill_at=point)
         if proc.returncode == -signal.SIGKILL:
             killed.append(point)
         else:
             assert proc.returncode == 0, proc.stderr[-3000:]
+        progress.append(saved_progress(root))
         # Whatever the kill left in results/ is complete JSON, never half a record.
         for path in (root / "results").rglob("*.json"):
             json.loads(path.read_text())
     assert killed == KILLS, "a kill point was never reached"
+    # What a stopped run holds, as planning reads it: it only grows, and says where each kill fell.
+    for column in zip(*progress, strict=True):
+        assert list(column) == sorted(column)
+    assert progress[KILLS.index("search.trial_told:0")] == (1, 0)
+    assert progress[KILLS.index("search.trial_told:2")] == (N_TRIALS, 0)
+    assert progress[KILLS.index("test.rep_saved:0")][1] >= 4  # repetition 0's four folds
+    assert progress[-1] == (N_TRIALS, REPS * 4)
 
     final = dmlbench(root, cache_dir)
     assert final.returncode == 0, final.stderr[-3000:]

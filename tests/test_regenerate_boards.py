@@ -11,11 +11,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from conftest import committed_checkout, load_benchmark_script
+from optuna.storages.journal import JournalFileBackend
 from record_factory import run_record, spread
 
 from benchmark.losses import LOSSES
+from benchmark.protocol.run_files import run_dir_name
 from benchmark.records import SCHEMA, RunRecord, parse_record
 
 rb = load_benchmark_script("regenerate_boards")
@@ -529,3 +532,73 @@ def test_until_and_status_estimate_an_extension_from_its_earlier_record(
         "time left with --extend-earlier ≥ 0 h: the sum of the 0 estimate(s) above, + 2 run(s) it "
         "would search from scratch or extend from an earlier record without trial timings" in out
     )
+
+
+def _stopped_run(run_dir: Path, counted: int, rep_saved: int, folds_saved: int) -> None:
+    """A run directory as a stopped run leaves it: ``counted`` complete trials and one still
+    running in its journal; repetitions below ``rep_saved`` saved whole, and of the next one
+    ``folds_saved`` folds with both files and one more with its result file alone."""
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(run_dir / "study.journal")))
+    study = optuna.create_study(storage=storage, direction="maximize")
+    x = optuna.distributions.FloatDistribution(0, 1)
+    for _ in range(counted):
+        study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions={"x": x}, value=0.5))
+    study.ask()  # running when the run stopped: not counted, trained again
+    test = run_dir / "test"
+    test.mkdir()
+    for r in range(rep_saved):
+        (test / f"rep{r}.json").write_text("{}")
+    for f in range(folds_saved):
+        (test / f"rep{rep_saved}-fold{f}.npy").write_bytes(b"")
+        (test / f"rep{rep_saved}-fold{f}.json").write_text("{}")
+    (test / f"rep{rep_saved}-fold{folds_saved}.json").write_text("{}")
+
+
+def test_a_stopped_extension_is_expected_to_take_only_what_its_run_directory_lacks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A run stopped part-way (a backstop, a session's end) resumes from its run directory, so its
+    estimate leaves out the trials its study counts and the test folds it saved (the test stage's
+    time in proportion); ``--until`` then starts a run that only its whole estimate did not fit."""
+    clock = dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)
+    monkeypatch.setattr(rb, "now", lambda: clock)
+    _, shorter, ran = _extendable_board(monkeypatch, tmp_path, 7)  # 7 of 20 trials
+    results = tmp_path / "board"
+    entry = rb.Entry("glyphs", "margin", 0)
+    assert rb.extension_of(entry, {}, results).part_way is None  # no run directory yet
+    earlier = parse_record(shorter)
+    whole, _ = rb.extension_estimate_s(earlier, 20)
+    test = shorter["timings_s"]["test"]
+    per_trial = (whole - test) / 13
+    run_dir = (
+        tmp_path / "clone" / "runs" / "glyphs" / "mlrc" / run_dir_name(rb.target(entry, {}, results).identity)
+    )
+    run_dir.mkdir(parents=True)
+    _stopped_run(run_dir, counted=20, rep_saved=1, folds_saved=2)
+    done = rb.extension_of(entry, {}, results).part_way
+    assert done == rb.PartWay(trials=20, folds=6, of_folds=16)
+    seconds, basis = rb.extension_estimate_s(earlier, 20, None, done)
+    assert seconds == pytest.approx(test * 10 / 16)
+    assert basis == (
+        f"0 more trial(s) × the median {per_trial / 60:.1f} min of its earlier record's 2 sampled "
+        f"trials, + 10 of its 16 test-stage fold trainings at that record's pace, {test * 10 / 16 / 60:.0f} "
+        "min; its run directory already holds 20 counted trial(s) and 6 of 16 test-stage fold trainings"
+    )
+    # Part-way through the search, with nothing of the test stage saved yet: the extra trials left
+    # and the whole test stage.
+    shutil.rmtree(run_dir)
+    run_dir.mkdir()
+    _stopped_run(run_dir, counted=15, rep_saved=0, folds_saved=0)
+    part = rb.extension_of(entry, {}, results).part_way
+    assert part == rb.PartWay(trials=15, folds=0, of_folds=16)
+    seconds, basis = rb.extension_estimate_s(earlier, 20, None, part)
+    assert seconds == pytest.approx(5 * per_trial + test)
+    assert basis.startswith("5 more trial(s) × ") and ", + that record's test stage, " in basis
+    # --until: a window shorter than the whole extension but longer than what is left starts it.
+    until = (clock + dt.timedelta(seconds=seconds + 60)).isoformat()
+    assert seconds + 60 < whole
+    args = ["--datasets", "glyphs", "--losses", "margin", "--results", str(results), "--extend-earlier"]
+    assert rb.main(["run", *args, "--until", until]) == 0
+    assert [cmd[cmd.index("--loss") + 1] for cmd in ran] == ["margin"]
+    assert rb.main(["status", *args[:-1]]) == 0
+    assert f"--extend-earlier ≈ {seconds / 60:.0f} min: {basis}" in capsys.readouterr().out

@@ -24,7 +24,6 @@ from benchmark.analysis.provenance import check_resume_code, code_summary
 from benchmark.config import (
     Deviation,
     RunConfig,
-    config_hash,
     config_to_dict,
     describe_schedule,
     deviations,
@@ -51,6 +50,7 @@ from benchmark.protocol.progress import Progress, Stopwatch
 from benchmark.protocol.registry import PROTOCOLS, protocol_spec, resolve_run_config
 from benchmark.protocol.request import RunRequest, check_request, dataset_paper_settings, request_layers
 from benchmark.protocol.run_data import AUGMENTS
+from benchmark.protocol.run_files import run_dir_name
 from benchmark.protocol.space import search_space
 from benchmark.records import SCHEMA, PluginsDoc, RecordHeader, RunRecordDoc
 from benchmark.search.storage import is_database_url
@@ -156,8 +156,7 @@ class ProtocolRun:
         """Create the run directory, or check that an existing one belongs to this configuration."""
         req, c = self.request, self.config
         identity = run_identity(req.protocol, req.loss, req.budget, req.seed, config_to_dict(c))
-        name = f"{req.loss}-{req.budget}-seed{req.seed}-{config_hash(c)}"
-        self.run_dir = req.out / c.data.dataset / req.protocol / name
+        self.run_dir = req.out / c.data.dataset / req.protocol / run_dir_name(identity)
         if req.worker_id is None and not is_database_url(req.storage):
             # One owner at a time (--workers processes work under their parent's lock; with a
             # database the study's heartbeats arbitrate): a second process stops here, at once.

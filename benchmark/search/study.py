@@ -208,6 +208,19 @@ def counted_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if is_counted(t)]
 
 
+def counted_in_journal(journal: Path) -> int:
+    """How many trials count towards the budget in the journal file ``journal`` (0 where there is
+    none): how far a stopped run's search got, read without opening its run. Reading takes no lock
+    and writes nothing, so a run still writing the file may have told a trial more."""
+    if not journal.exists():
+        return 0
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    return sum(
+        len(counted_trials(optuna.load_study(study_name=s.study_name, storage=storage)))
+        for s in storage.get_all_studies()
+    )
+
+
 def _is_live(trial: FrozenTrial) -> bool:
     # Counted, or still able to become counted (queued or being trained somewhere).
     return is_counted(trial) or trial.state in (TrialState.RUNNING, TrialState.WAITING)
