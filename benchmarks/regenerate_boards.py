@@ -37,7 +37,9 @@ reads its ``calibp10`` references from the boards) and commit.
 
 ``run --until TIME`` (UTC, ``HH:MM`` or ISO 8601) starts a record only if it is expected to land
 by then: with ``--extend-earlier``, a run that extends an earlier record is expected to take that
-record's median sampled-trial time for each extra trial plus its test stage's time; any other run, the
+record's median sampled-trial time for each extra trial plus its test stage's time, less what a
+stopped run of it left in its run directory (the trials its study counts, the test folds saved);
+any other run, the
 median training time (search + test) of the same loss's current records on that dataset, else of
 all the dataset's current records (every built-in loss's, whichever ``--losses`` selects to run),
 counting only records searched from scratch (an extended record's timings cover its extra trials).
