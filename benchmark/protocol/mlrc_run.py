@@ -36,7 +36,7 @@ from benchmark.models.features import FeatureDataset, load_or_compute_features
 from benchmark.protocol.base import ProtocolRun
 from benchmark.protocol.request import COMMON_POSITIVE, RunRequest, positive_counts, validate_common
 from benchmark.protocol.run_data import cache_dir, fold_data, load_fold_data, load_run_dataset
-from benchmark.protocol.run_files import test_fold_files, test_rep_file
+from benchmark.protocol.run_files import fold_result_files, rep_result_file
 from benchmark.protocol.search_stage import SearchStage, shared_reps, study_identity, study_name
 from benchmark.protocol.space import space_document
 from benchmark.records import RunRecordDoc
@@ -156,14 +156,14 @@ class MLRCRun(ProtocolRun):
         results: dict[int, dict[str, Any]] = {}
         todo = []
         for r in range(c.test.reps):
-            rep_path = test_rep_file(self.run_dir, r)
+            rep_path = rep_result_file(self.run_dir, r)
             if rep_path.exists():
                 results[r] = read_json(rep_path)
                 self.progress.skip(n_folds)
             else:
                 todo.append(r)
         for r, rep in self._run_reps(todo):
-            write_json_atomic(test_rep_file(self.run_dir, r), rep)
+            write_json_atomic(rep_result_file(self.run_dir, r), rep)
             kill_point(f"test.rep_saved:{r}")
             results[r] = rep
         self.rep_results = [results[r] for r in range(c.test.reps)]
@@ -188,7 +188,7 @@ class MLRCRun(ProtocolRun):
         tasks = []
         for r in reps:
             for f in range(n_folds):
-                emb_path, info_path = test_fold_files(self.run_dir, r, f)
+                emb_path, info_path = fold_result_files(self.run_dir, r, f)
                 if emb_path.exists() and info_path.exists():  # finished before an interruption
                     embs[r][f], infos[r][f] = np.load(emb_path), read_json(info_path)
                     self.progress.skip(1)
@@ -222,7 +222,7 @@ class MLRCRun(ProtocolRun):
             assert outcome.result is not None and outcome.test_embeddings is not None
             # The array and at most 128 bytes of .npy header: the size a full disk's error states.
             size = outcome.test_embeddings.nbytes + 128
-            emb_path, info_path = test_fold_files(self.run_dir, r, f)
+            emb_path, info_path = fold_result_files(self.run_dir, r, f)
             with atomic_write(emb_path, size) as fh:
                 np.save(fh, outcome.test_embeddings)
             write_json_atomic(info_path, outcome.result.to_dict())

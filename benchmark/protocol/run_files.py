@@ -18,12 +18,12 @@ def run_dir_name(identity: Mapping[str, Any]) -> str:
     return f"{identity['loss']}-{identity['budget']}-seed{identity['seed']}-{config_hash}"
 
 
-def test_rep_file(run_dir: Path, rep: int) -> Path:
+def rep_result_file(run_dir: Path, rep: int) -> Path:
     """Where a finished test repetition's result is saved."""
     return run_dir / "test" / f"rep{rep}.json"
 
 
-def test_fold_files(run_dir: Path, rep: int, fold: int) -> tuple[Path, Path]:
+def fold_result_files(run_dir: Path, rep: int, fold: int) -> tuple[Path, Path]:
     """Where one test-stage fold training saves its test embeddings and its result (a fold with
     both files is reused by a resumed run)."""
     stem = run_dir / "test" / f"rep{rep}-fold{fold}"
@@ -35,8 +35,8 @@ def saved_test_folds(run_dir: Path, reps: int, n_folds: int) -> int:
     folds of a saved repetition, and the folds of an unfinished one with both files saved."""
     saved = 0
     for r in range(reps):
-        if test_rep_file(run_dir, r).exists():
+        if rep_result_file(run_dir, r).exists():
             saved += n_folds
             continue
-        saved += sum(all(p.exists() for p in test_fold_files(run_dir, r, f)) for f in range(n_folds))
+        saved += sum(all(p.exists() for p in fold_result_files(run_dir, r, f)) for f in range(n_folds))
     return saved
