@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmark.cli.docs import render as render_cli
-from benchmark.report.readme import END, START, excerpt, render_readme
+from benchmark.report.readme import END, START, excerpt, main, render_readme
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +26,22 @@ def test_readme_excerpt_is_the_tools() -> None:
     assert readme == render_readme(readme, excerpt(ROOT / "results")), (
         "regenerate: python -m benchmark.report.readme"
     )
+
+
+def test_readme_command_writes_only_when_asked_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = tmp_path / "README.md"
+    stale = f"head\n{START}\nstale rows\n{END}\ntail\n"
+    readme.write_text(stale, encoding="utf-8")
+    for argv, code in ((["--help"], 0), (["--readme", str(readme), "--no-such-option"], 2)):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == code
+        assert readme.read_text(encoding="utf-8") == stale, argv
+    capsys.readouterr()
+    assert main(["--readme", str(readme), "--results-dir", str(ROOT / "results")]) == 0
+    written = readme.read_text(encoding="utf-8")
+    assert written == render_readme(stale, excerpt(ROOT / "results"))
+    assert "stale rows" not in written and written.startswith("head\n") and written.endswith("tail\n")
 
 
 def test_readme_is_short_and_starts_with_the_two_commands() -> None:

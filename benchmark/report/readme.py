@@ -7,6 +7,7 @@ module renders from today's records.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,10 +85,19 @@ def render_readme(text: str, block: str) -> str:
     return f"{head}{START}\n{block}{END}{tail}"
 
 
-def main() -> int:
-    path = ROOT / "README.md"
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the excerpt in ``--readme`` from the records under ``--results-dir``."""
+    # A parser even for two options: ``--help`` (or a typo) must not rewrite the README.
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.report.readme",
+        description="Rewrite the README's leaderboard excerpt from the committed records.",
+    )
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "results")
+    args = parser.parse_args(argv)
+    path: Path = args.readme
     path.write_text(
-        render_readme(path.read_text(encoding="utf-8"), excerpt(ROOT / "results")), encoding="utf-8"
+        render_readme(path.read_text(encoding="utf-8"), excerpt(args.results_dir)), encoding="utf-8"
     )
     print(f"wrote the leaderboard excerpt into {path}")
     return 0
