@@ -93,9 +93,9 @@ from benchmark.engine.host import cpu_model  # noqa: E402
 from benchmark.errors import DmlbenchError  # noqa: E402
 from benchmark.losses import LOSSES  # noqa: E402
 from benchmark.models.pretrained import weights_record  # noqa: E402
-from benchmark.protocol.extend_search import JOURNAL, check_record_source, run_identity  # noqa: E402
+from benchmark.protocol.extend_search import check_record_source, run_identity  # noqa: E402
 from benchmark.protocol.request import RunRequest, preflight  # noqa: E402
-from benchmark.protocol.run_files import run_dir_name, saved_test_folds  # noqa: E402
+from benchmark.protocol.run_files import JOURNAL, run_dir_name, saved_test_folds  # noqa: E402
 from benchmark.protocol.space import search_document  # noqa: E402
 from benchmark.records import (  # noqa: E402
     RunRecord,

@@ -39,6 +39,7 @@ from benchmark.errors import ConfigError, DmlbenchError
 from benchmark.io import differing_keys, read_json, write_json_atomic
 from benchmark.models.pretrained import sha256_of
 from benchmark.protocol import run_lock
+from benchmark.protocol.run_files import JOURNAL
 from benchmark.records import RecordError, RunRecord, load_record, recorded_search
 
 #: The command-line flag.
@@ -47,7 +48,6 @@ EXTEND_FLAG = "--extend-search"
 EXTEND_FILE = "extended_from.json"
 #: The one identity key a source may differ in.
 TRIALS_KEY = "config.search.n_trials"
-JOURNAL = "study.journal"
 IDENTITY = "run.json"
 
 if TYPE_CHECKING:

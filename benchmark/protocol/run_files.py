@@ -10,6 +10,9 @@ from typing import Any
 
 from benchmark.config import config_dict_hash
 
+#: The search's optuna journal inside a run directory (the study a resumed run reopens).
+JOURNAL = "study.journal"
+
 
 def run_dir_name(identity: Mapping[str, Any]) -> str:
     """The run directory's name of a run whose ``run.json`` is ``identity``: loss, budget, seed and

@@ -38,6 +38,7 @@ from benchmark.faults import kill_point
 from benchmark.losses import SearchDim
 from benchmark.protocol.progress import Progress
 from benchmark.protocol.request import RunRequest
+from benchmark.protocol.run_files import JOURNAL
 from benchmark.protocol.space import space_document
 from benchmark.records import TrialDoc
 from benchmark.search.storage import (
@@ -142,7 +143,7 @@ class SearchStage:
         shared = is_database_url(req.storage)
         # The journal's first opener is alone with it (workers start later): it may repair the file.
         exclusive = not shared and req.worker_id is None
-        journal = self.run_dir / "study.journal"
+        journal = self.run_dir / JOURNAL
         if exclusive:
             repaired = repair_torn_journal(journal)
             if repaired:

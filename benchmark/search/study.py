@@ -215,10 +215,9 @@ def counted_in_journal(journal: Path) -> int:
     if not journal.exists():
         return 0
     storage = JournalStorage(JournalFileBackend(str(journal)))
-    return sum(
-        len(counted_trials(optuna.load_study(study_name=s.study_name, storage=storage)))
-        for s in storage.get_all_studies()
-    )
+    # The storage's trials directly: loading an optuna.Study per study would only wrap them.
+    ids = (storage.get_study_id_from_name(s.study_name) for s in storage.get_all_studies())
+    return sum(sum(map(is_counted, storage.get_all_trials(i, deepcopy=False))) for i in ids)
 
 
 def _is_live(trial: FrozenTrial) -> bool:
