@@ -373,3 +373,33 @@ def test_history_panels_share_one_y_scale(plotted: tuple[Path, str]) -> None:
     fig = plot_history(load_records(root, "glyphs", "mlrc"), "mini")
     limits = {tuple(ax.get_ylim()) for ax in fig.axes if ax.has_data()}
     assert len(limits) == 1
+
+
+def test_panel_titles_stay_inside_the_figure_and_apart_on_the_committed_boards() -> None:
+    """Rendered from the repository's own records, every section of both boards: each panel title
+    of the one-record-per-panel plots lies inside the figure and overlaps no other title (a
+    one-line title longer than its panel ran off the figure's right edge)."""
+    from benchmark.report.leaderboard import build_leaderboard, group_by_budget, load_records
+    from benchmark.report.plots import plot_history, plot_importance, plot_val_curves
+
+    results = Path(__file__).resolve().parent.parent / "results"
+    drawn = 0
+    for dataset in ("glyphs", "omniglot"):
+        board = build_leaderboard(dataset, "mlrc", group_by_budget(load_records(results, dataset, "mlrc")))
+        for section in board.sections:
+            records = list(section.records)
+            for fig in (
+                plot_history(records, section.label),
+                plot_val_curves(records, section.label, lambda _: None),
+                plot_importance(records, section.label, lambda _: None),
+            ):
+                if fig is None:
+                    continue
+                titled = [ax for ax in fig.axes if ax.get_title()]
+                boxes = _label_boxes(fig, [ax.title for ax in titled])
+                width = fig.bbox.width
+                for i, (ax, box) in enumerate(zip(titled, boxes, strict=True)):
+                    assert box.x0 >= 0 and box.x1 <= width, (dataset, ax.get_title())
+                    assert not any(box.overlaps(b) for b in boxes[:i]), (dataset, ax.get_title())
+                drawn += len(titled)
+    assert drawn > 40, "the boards' panels were drawn"

@@ -101,13 +101,21 @@ def _name(record: RunRecord) -> str:
     return record.loss_display_name
 
 
+#: The longest one-line panel title of a ``_grid`` panel at medium font; a longer one runs past
+#: its panel, over its neighbour's title or, in the last column, off the figure (MFCWMS's
+#: 61-character validation-curve title lost its end there).
+PANEL_TITLE_CHARS = 52
+
+
 def _panel_title(record: RunRecord, records: Sequence[RecordLike], text: str) -> str:
     """``"<loss>: <text>"`` for a panel that shows one record (its search, its curves); where the
     loss's row folds several search seeds, which the panel does not, the name gives the record's
-    seed and ``text`` goes on a second line (one line would be clipped at the panel's width)."""
+    seed and ``text`` goes on a second line, as it does wherever one line would be longer than
+    :data:`PANEL_TITLE_CHARS`."""
     seeds = [r.seed for r in replicates_per_loss(records).get(record.loss, [])]
+    one_line = f"{_name(record)}: {text}"
     if len(seeds) < 2:
-        return f"{_name(record)}: {text}"
+        return one_line if len(one_line) <= PANEL_TITLE_CHARS else f"{_name(record)}:\n{text}"
     return f"{_name(record)} (search seed {record.seed} of {', '.join(map(str, seeds))}):\n{text}"
 
 
