@@ -324,6 +324,42 @@ def test_the_identity_holds_what_a_case_reads(key: str, value: Any, comparable: 
     assert (before == after) is comparable, differing_keys(before, after)
 
 
+class _Unread:
+    """Stands in for a config section a regression case must not read: any read of it fails."""
+
+    def __init__(self, section: str) -> None:
+        self._section = section
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy/pickle probes are not reads of a setting
+            raise AttributeError(name)
+        raise AssertionError(f"a regression case read config.{self._section}.{name}")
+
+
+def test_a_case_reads_none_of_the_sections_its_identity_leaves_out(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``UNREAD_SECTIONS`` is kept by hand: if preparing or training a case read one of them, a
+    change there would alter the numbers while baselines still matched. Both steps run here on a
+    config whose left-out sections fail on any read."""
+    from benchmark.regress import training
+
+    suite = parse_suite(TINY, Path("suite.toml"))
+    case = select_cases(suite, names=["glyphs/mfcont"])[0]
+    resolve = training.case_config
+
+    def config_without_unread(case: Any, settings: Any) -> Any:
+        unread: dict[str, Any] = {section: _Unread(section) for section in training.UNREAD_SECTIONS}
+        return dataclasses.replace(resolve(case, settings), **unread)
+
+    monkeypatch.setattr(training, "case_config", config_without_unread)
+    prepared = training.prepare_case(case, suite.settings, cache_dir)
+    with pytest.raises(AssertionError, match=r"read config\.search\.n_trials"):
+        _ = prepared.config.search.n_trials  # the stand-in is in place and fails on a read
+    run = training.run_case(prepared, suite.settings, seed=0)
+    assert run.failure is None and set(run.metrics) == {"val_map_at_r", "test_map_at_r"}
+
+
 # ---------------------------------------------------------------------------------------------
 # Through the CLI: bad input (exit 2) and one tiny real case
 

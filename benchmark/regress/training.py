@@ -62,7 +62,8 @@ class PreparedCase:
 #: parameters and measures MAP@R itself (:func:`run_case`), so it neither searches nor retrains for a
 #: test stage. Leaving them out of the identity keeps baselines comparable across a budget change
 #: there (``mini``'s trial count going from 10 to 20 made every baseline stale, though no case
-#: reads it).
+#: reads it). ``test_a_case_reads_none_of_the_sections_its_identity_leaves_out`` prepares and trains
+#: a case with these sections failing on any read.
 UNREAD_SECTIONS = ("search", "test")
 
 
