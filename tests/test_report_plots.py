@@ -375,6 +375,26 @@ def test_history_panels_share_one_y_scale(plotted: tuple[Path, str]) -> None:
     assert len(limits) == 1
 
 
+def test_a_panel_title_is_broken_only_where_it_is_wider_than_its_column() -> None:
+    """Three panels in a row: the middle one's title (glyphs MFCWMS's, which ran into its neighbours
+    on one line) is broken after the loss name and then lies inside its column; the short titles
+    beside it stay on one line."""
+    from benchmark.report.plots import _fit_panel_titles, _grid
+
+    fig, axes = _grid(3)
+    long = "MeanFieldClassWiseMultiSimilarity: trial #20 (objective 82.73%)"
+    texts = ["Short: 10/10", long, "Short: 20/20"]
+    titles = []
+    for ax, text in zip(axes, texts, strict=True):
+        ax.set_title(text, fontsize="medium")
+        titles.append((ax, text.replace(": ", ":\n", 1)))
+    _fit_panel_titles(fig, titles)
+    assert [ax.get_title().count("\n") for ax in axes] == [0, 1, 0]
+    column = fig.bbox.width / 3
+    box = _label_boxes(fig, [axes[1].title])[0]
+    assert column <= box.x0 and box.x1 <= 2 * column
+
+
 def test_panel_titles_stay_inside_the_figure_and_apart_on_the_committed_boards() -> None:
     """Rendered from the repository's own records, every section of both boards: each panel title
     of the one-record-per-panel plots lies inside the figure and overlaps no other title (a

@@ -101,22 +101,36 @@ def _name(record: RunRecord) -> str:
     return record.loss_display_name
 
 
-#: The longest one-line panel title of a ``_grid`` panel at medium font; a longer one runs past
-#: its panel, over its neighbour's title or, in the last column, off the figure (MFCWMS's
-#: 61-character validation-curve title lost its end there).
-PANEL_TITLE_CHARS = 52
-
-
-def _panel_title(record: RunRecord, records: Sequence[RecordLike], text: str) -> str:
-    """``"<loss>: <text>"`` for a panel that shows one record (its search, its curves); where the
-    loss's row folds several search seeds, which the panel does not, the name gives the record's
-    seed and ``text`` goes on a second line, as it does wherever one line would be longer than
-    :data:`PANEL_TITLE_CHARS`."""
+def _panel_title(record: RunRecord, records: Sequence[RecordLike], text: str) -> tuple[str, str]:
+    """A panel's title for one record (its search, its curves) and that title broken after the
+    loss's name. It is ``"<loss>: <text>"`` on one line, which :func:`_fit_panel_titles` breaks
+    where it does not fit; where the loss's row folds several search seeds, which the panel does
+    not, the name gives the record's seed and the title is always broken."""
     seeds = [r.seed for r in replicates_per_loss(records).get(record.loss, [])]
-    one_line = f"{_name(record)}: {text}"
     if len(seeds) < 2:
-        return one_line if len(one_line) <= PANEL_TITLE_CHARS else f"{_name(record)}:\n{text}"
-    return f"{_name(record)} (search seed {record.seed} of {', '.join(map(str, seeds))}):\n{text}"
+        return f"{_name(record)}: {text}", f"{_name(record)}:\n{text}"
+    broken = f"{_name(record)} (search seed {record.seed} of {', '.join(map(str, seeds))}):\n{text}"
+    return broken, broken
+
+
+def _fit_panel_titles(fig: Figure, titles: Sequence[tuple[Axes, str]]) -> None:
+    """Give each panel in ``titles`` its broken title (the ``str``) where its one-line title,
+    rendered, is wider than the panel's column of the figure: it would run into the next panel's
+    title or, in the last column, off the figure (MFCWMS's validation-curve title lost its end
+    there). Measured rather than counted in characters, since glyph widths differ."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]  # backend_agg is unannotated
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    for ax, broken in titles:
+        spec = ax.get_subplotspec()
+        if spec is None or ax.get_title() == broken:
+            continue
+        column = fig.bbox.width / spec.get_gridspec().ncols
+        box = Text.get_window_extent(ax.title, renderer)
+        if box.x0 < spec.colspan.start * column or box.x1 > spec.colspan.stop * column:
+            ax.set_title(broken, fontsize="medium")
 
 
 def _searched(record: RunRecord) -> SearchDoc:
@@ -179,6 +193,7 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
     """Objective per trial, best-so-far line, best trial starred, failed/pruned trials marked."""
     chosen = latest_per_loss(records)
     fig, axes = _grid(len(chosen), sharey=True)
+    titles: list[tuple[Axes, str]] = []
     for ax, r in zip(axes, chosen, strict=True):
         search = _searched(r)
         trials = sorted(search["trials"], key=lambda t: _number(t))
@@ -231,14 +246,16 @@ def plot_history(records: Sequence[RecordLike], budget: str) -> Figure:
                     markersize=8,
                     label=state.lower(),
                 )
-        title = _panel_title(r, records, f"{len(done)}/{search['n_trials']} complete")
+        title, broken = _panel_title(r, records, f"{len(done)}/{search['n_trials']} complete")
         ax.set_title(title, fontsize="medium")
+        titles.append((ax, broken))
         ax.set_xlabel("trial (1-based, as the progress display counts)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(OBJECTIVE_LABEL)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
     fig.suptitle(f"Optimisation history (budget {budget}); error bars: fold s.e.", fontsize="medium")
+    _fit_panel_titles(fig, titles)
     return fig
 
 
@@ -274,6 +291,7 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
     if not chosen:
         return None
     fig, axes = _grid(len(chosen))
+    titles: list[tuple[Axes, str]] = []
     for ax, (r, best) in zip(axes, chosen, strict=True):
         for k, fold in enumerate(best["folds"]):
             curve = np.asarray(fold["curve"], dtype=float).reshape(-1, 2)
@@ -291,8 +309,11 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
                     markerfacecolor="none",
                     color=line.get_color(),
                 )
-        text = f"trial #{_number(best) + 1} (objective {100 * _value(best):.2f}%)"
-        ax.set_title(_panel_title(r, records, text), fontsize="medium")
+        title, broken = _panel_title(
+            r, records, f"trial #{_number(best) + 1} (objective {100 * _value(best):.2f}%)"
+        )
+        ax.set_title(title, fontsize="medium")
+        titles.append((ax, broken))
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation MAP@R (%)")
@@ -301,6 +322,7 @@ def plot_val_curves(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
     fig.suptitle(
         f"Validation curves of the best trial (budget {budget}); circle: best epoch", fontsize="medium"
     )
+    _fit_panel_titles(fig, titles)
     return fig
 
 
@@ -543,14 +565,18 @@ def plot_importance(records: Sequence[RecordLike], budget: str, log: Log) -> Fig
     if not results:
         return None
     fig, axes = _grid(len(results), height=2.6)
+    titles: list[tuple[Axes, str]] = []
     for ax, (r, (imp, n, q)) in zip(axes, results, strict=True):
         names = list(imp)[::-1]
         ax.barh(names, [imp[k] for k in names], color="tab:green")
         ax.set_xlim(0, 1)
         ax.set_xlabel("importance (normalised)")
-        ax.set_title(_panel_title(r, records, f"{n} trials, top {q:.0%}"), fontsize="medium")
+        title, broken = _panel_title(r, records, f"{n} trials, top {q:.0%}")
+        ax.set_title(title, fontsize="medium")
+        titles.append((ax, broken))
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"Hyperparameter importance, PED-ANOVA (budget {budget})", fontsize="medium")
+    _fit_panel_titles(fig, titles)
     return fig
 
 
