@@ -376,9 +376,9 @@ def test_history_panels_share_one_y_scale(plotted: tuple[Path, str]) -> None:
 
 
 def test_a_panel_title_is_broken_only_where_it_is_wider_than_its_column() -> None:
-    """Three panels in a row: the middle one's title (glyphs MFCWMS's, which ran into its neighbours
-    on one line) is broken after the loss name and then lies inside its column; the short titles
-    beside it stay on one line."""
+    """Three panels in a row: the middle one's title (glyphs MFCWMS's, which ran off the figure on
+    one line in the last column) is broken after the loss name and then lies inside its column; the
+    short titles beside it stay on one line."""
     from benchmark.report.plots import _fit_panel_titles, _grid
 
     fig, axes = _grid(3)
