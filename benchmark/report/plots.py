@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
@@ -113,16 +114,23 @@ def _panel_title(record: RunRecord, records: Sequence[RecordLike], text: str) ->
     return broken, broken
 
 
+def _agg_renderer(fig: Figure) -> RendererBase:
+    """Draw ``fig`` with Agg and return the renderer, for measuring rendered text: the layout
+    helpers below place and break text by its drawn size, whatever backend the caller uses."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]  # backend_agg is unannotated
+    renderer: RendererBase = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    return renderer
+
+
 def _fit_panel_titles(fig: Figure, titles: Sequence[tuple[Axes, str]]) -> None:
     """Give each panel in ``titles`` its broken title (the ``str``) where its one-line title,
     rendered, is wider than the panel's column of the figure: it would run into the next panel's
     title or, in the last column, off the figure (MFCWMS's validation-curve title lost its end
     there). Measured rather than counted in characters, since glyph widths differ."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()  # type: ignore[no-untyped-call]  # backend_agg is unannotated
-    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    renderer = _agg_renderer(fig)
     for ax, broken in titles:
         spec = ax.get_subplotspec()
         if spec is None or ax.get_title() == broken:
@@ -363,12 +371,8 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def separate_labels(fig: Figure, texts: Sequence[Any], max_rounds: int = 50) -> None:
     """Move annotation labels down until no two bounding boxes overlap (rendered with Agg)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
     for _ in range(max_rounds):
-        canvas.draw()  # type: ignore[no-untyped-call]
-        renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+        renderer = _agg_renderer(fig)
         # The text's own box: an annotation's would include its leader line.
         boxes = [Text.get_window_extent(t, renderer) for t in texts]
         moved = False
@@ -401,12 +405,9 @@ def place_labels(fig: Figure, ax: Any, texts: Sequence[Any], points: Sequence[tu
     axes and covers no marker at ``points`` (data coordinates) and no label placed before it; with
     no such spot, at the one inside the axes that clears the earlier labels and covers the fewest
     markers (:func:`separate_labels` then parts any labels still touching)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.transforms import Bbox
 
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()  # type: ignore[no-untyped-call]
-    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    renderer = _agg_renderer(fig)
     r = 5.0 * fig.dpi / 72.0  # a marker's half-width in pixels (markers are about 6 pt wide)
     markers = [
         Bbox.from_extents(x - r, y - r, x + r, y + r) for x, y in ax.transData.transform(np.asarray(points))
