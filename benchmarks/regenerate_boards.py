@@ -347,10 +347,12 @@ def time_left(current: Sequence[RunRecord], n_left: int) -> str | None:
     kinds = sorted({r.recorded_text("environment", "cpu_capability") for r, _ in timed})
     jobs = sorted({r.recorded_text("execution", "jobs") for r, _ in timed})
     median = statistics.median(hours)
+    # A median of few records is as fast or slow as their losses: name them so a reader can judge.
+    few = f"{', '.join(f'{r.loss} seed {r.seed}' for r, _ in timed)}; " if len(timed) <= 3 else ""
     return (
         f"time left ≈ {n_left} × {median:.1f} h ≈ {n_left * median:.0f} h of wall time searching each "
         f"from scratch: the median training time of the {len(hours)} current record(s) searched from "
-        f"scratch (range {min(hours):.1f}–{max(hours):.1f} h; CPU kinds {', '.join(kinds)}; jobs "
+        f"scratch ({few}range {min(hours):.1f}–{max(hours):.1f} h; CPU kinds {', '.join(kinds)}; jobs "
         f"{', '.join(jobs)}); an estimate, longer where those records ran beside other work"
     )
 
@@ -363,7 +365,9 @@ def time_left_extending(
     search from scratch), plus the from-scratch median of :func:`time_left` for each of the others
     and for each of the ``n_untimed`` runs it would extend from an earlier record that lacks the
     trial timings to estimate them from (each counted at that median too, but named as an extension).
-    None where no run would extend an earlier record (:func:`time_left` says it all)."""
+    Where the extensions alone come to more than as many searches from scratch at that median, the
+    line says the two bases disagree. None where no run would extend an earlier record
+    (:func:`time_left` says it all)."""
     extended = [s for s in extensions if s is not None]
     if not extended and not n_untimed:
         return None
@@ -379,6 +383,17 @@ def time_left_extending(
     )
     hours = sum(extended) / 3600
     walls = [h for _, h in from_scratch_hours(current)]
+    # An extension trains fewer trials than the search from scratch it stands for, so a sum above
+    # those searches' median means the two bases disagree (glyphs' status on 2026-12-07: 8
+    # extensions ≈ 17 h against 8 × 0.9 h from one current record): say so rather than print two
+    # totals a reader would compare.
+    off = ""
+    if walls and extended and hours > len(extended) * statistics.median(walls):
+        off = (
+            f"; more than searching those {len(extended)} from scratch at the median above "
+            f"({len(extended) * statistics.median(walls):.0f} h), though an extension trains fewer "
+            "trials: the two rest on different records, so at least one of them is off"
+        )
     if not others:
         total, rest = f"≈ {hours:.0f} h", ""
     elif walls:
@@ -391,6 +406,7 @@ def time_left_extending(
     return (
         f"time left with --extend-earlier {total}: the sum of the {len(extended)} estimate(s) "
         f"above{rest}; each rests on its earlier record's trial times (benchmarks/README.md compares runs)"
+        f"{off}"
     )
 
 

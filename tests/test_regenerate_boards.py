@@ -159,11 +159,13 @@ def test_adopt_copies_only_records_at_todays_settings_and_rewrites_the_board(
     assert "adopted:" not in capsys.readouterr().out
 
 
-def _timed(search: float, test: float | None, cpu: str, extended: bool = False) -> RunRecord:
-    """A record with these timings; ``extended``: its search started from an earlier run's 10
-    trials, so its timings cover only the extra trials and the test stage."""
+def _timed(
+    search: float, test: float | None, cpu: str, extended: bool = False, loss: str = "ms"
+) -> RunRecord:
+    """A record of ``loss`` with these timings; ``extended``: its search started from an earlier
+    run's 10 trials, so its timings cover only the extra trials and the test stage."""
     timings = {"search": search} if test is None else {"search": search, "test": test}
-    doc = run_record("ms", "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings)
+    doc = run_record(loss, "1", per_rep=spread({"map_at_r": 0.5}), schema=SCHEMA, timings_s=timings)
     doc["environment"]["cpu_capability"] = cpu
     doc["execution"] = {"jobs": 2}
     if extended:
@@ -175,13 +177,18 @@ def test_status_estimates_the_time_left_from_the_current_records_and_says_from_w
     # 1 h, 3 h and 2 h of training (search + test); the third record lacks its test time, and a
     # record without both timings is left out rather than counted as zero. The fourth extended an
     # earlier search: its 10 min cover only its extra trials, so it says nothing of a full search.
-    current = [_timed(3000, 600, "AVX2"), _timed(9000, 1800, "AVX512"), _timed(7200, None, "AVX2")]
-    current.append(_timed(300, 300, "AVX2", extended=True))
+    current = [_timed(3000, 600, "AVX2", loss="contrastive"), _timed(9000, 1800, "AVX512", loss="arcface")]
+    current += [_timed(7200, None, "AVX2"), _timed(300, 300, "AVX2", extended=True)]
+    # So few records are named: the median is as fast as their losses.
     assert rb.time_left(current, 5) == (
         "time left ≈ 5 × 2.0 h ≈ 10 h of wall time searching each from scratch: the median training "
-        "time of the 2 current record(s) searched from scratch (range 1.0–3.0 h; CPU kinds AVX2, "
-        "AVX512; jobs 2); an estimate, longer where those records ran beside other work"
+        "time of the 2 current record(s) searched from scratch (contrastive seed 0, arcface seed 0; "
+        "range 1.0–3.0 h; CPU kinds AVX2, AVX512; jobs 2); an estimate, longer where those records "
+        "ran beside other work"
     )
+    # Four are not: the line would grow with the board.
+    four = [_timed(3600 * h, 0, "AVX2") for h in (1, 2, 3, 4)]
+    assert "searched from scratch (range 1.0–4.0 h;" in str(rb.time_left(four, 1))
     assert rb.time_left(current, 0) is None  # nothing left
     assert rb.time_left(current[2:], 5) is None  # nothing to estimate from
 
@@ -201,6 +208,13 @@ def test_status_sums_the_extension_estimates_for_the_time_left_with_extend_earli
     assert rb.time_left_extending(current[2:], [3600, None]) == (
         "time left with --extend-earlier ≥ 1 h: the sum of the 1 estimate(s) above, + 1 run(s) it "
         "would search from scratch, with nothing to estimate them from" + tail
+    )
+    # Extensions that sum to more than searching them from scratch (2 × 2.0 h) contradict the
+    # median they are read beside: an extension trains fewer trials. The line says so.
+    assert rb.time_left_extending(current, [9000, 9000]) == (
+        "time left with --extend-earlier ≈ 5 h: the sum of the 2 estimate(s) above" + tail + "; more "
+        "than searching those 2 from scratch at the median above (4 h), though an extension trains "
+        "fewer trials: the two rest on different records, so at least one of them is off"
     )
     assert rb.time_left_extending(current, [None, None]) is None  # time_left says it all
     assert rb.time_left_extending(current, []) is None
