@@ -279,11 +279,11 @@ def test_baseline_row_names_a_pretrained_trunk(model: dict[str, Any], label: str
     assert rows[-1][:3] == ["mini", "untrained", label]
 
 
-def _seeded(loss: str, seed_means: list[float]) -> list[dict[str, Any]]:
-    """One record per search seed; each seed's 3 reps are its mean ± 0.001 (MAP@R only)."""
+def _seeded(loss: str, seed_means: list[float], spread: float = 0.001) -> list[dict[str, Any]]:
+    """One record per search seed; each seed's 3 reps are its mean ± ``spread`` (MAP@R only)."""
     out = []
     for seed, m in enumerate(seed_means):
-        reps = [m - 0.001, m, m + 0.001]
+        reps = [m - spread, m, m + spread]
         per_rep = {mode: {"map_at_r": reps} for mode in ("separated", "concatenated")}
         out.append(
             run_record(loss, f"{loss}{seed}", per_rep=per_rep, seed=seed, budget="mini", schema=SCHEMA)
@@ -319,4 +319,25 @@ def test_multi_seed_rows_pool_only_when_their_seed_spreads_agree(tmp_path: Path,
     else:
         ss = sum(float(np.var(m, ddof=1)) * 2 for m in means.values())
         half = scipy.stats.t.ppf(0.975, 6) * math.sqrt(ss / 6 / 3)
+    assert f"± {100 * half:.2f}" in row, row
+
+
+def test_a_row_whose_seeds_agree_closer_than_its_training_noise_is_held_at_the_floor(tmp_path: Path) -> None:
+    """Bartlett rejects (an erratic margin); ms's three seed means agree within 0.2 points while
+    each seed's repetitions spread by ± 1.5: its interval uses sigma_e^2 / R (computed here from
+    the repetitions) on 2 df, not its seed means' variance, and the footer names it."""
+    import math
+
+    import scipy.stats
+
+    records = _seeded("margin", [0.24, 0.46, 0.39]) + _seeded("triplet", [0.429, 0.443, 0.437])
+    records += _seeded("ms", [0.4412, 0.4434, 0.4417], spread=0.015)
+    by_budget = select_records(write(tmp_path, records), "glyphs", "mlrc")
+    md = render("md", "glyphs", "mlrc", by_budget, ["map_at_r"])
+    (line,) = [x for x in md.splitlines() if x.startswith("Seed-mean variance of the multi-seed rows (3)")]
+    assert "separated MAP@R own, p = " in line and "at the training floor: ms;" in line, line
+    assert line.count("at the training floor:") == 2  # both modes, ms alone
+    sigma_e2 = 2 * 0.015**2 / 2  # deviations -s, 0, +s: sum of squares 2 s^2 over 2 df
+    half = scipy.stats.t.ppf(0.975, 2) * math.sqrt(sigma_e2 / 3 / 3)
+    row = next(r for r in md.splitlines() if r.startswith("| ms "))
     assert f"± {100 * half:.2f}" in row, row

@@ -689,6 +689,7 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
     """Against a reference with several omniglot seeds per loss, each cell again with that loss's
     tau^2 from the reference's own seed means (ddof 1, t on S - 1 df: Bartlett rejects equal
     spreads in calibp10; calibt20 has several seeds of margin alone, which then gets its own),
+    never below the reference's training noise sigma_e^2 * mean(1/R) (docs/protocols.md §4.5),
     recomputed here with numpy and scipy; a verdict that differs is named."""
     sens = _module()
     lines = sens.table("separated", "sep", [variant_name], against=against)
@@ -697,15 +698,17 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
     checked = 0
     for loss in sens.FAMILIES:
         variant = sens.variant_paths(variant_name, "omniglot", loss)
-        ref = [
-            np.mean(sens.rep_values(sens.load_record(p), "separated"))
+        reps = [
+            sens.rep_values(sens.load_record(p), "separated")
             for p in sens.variant_paths(against, "omniglot", loss)
         ]
+        ref = [np.mean(r) for r in reps]
         if not variant or len(ref) < 2:
             assert f" {loss} " not in note
             continue
         own = [np.mean(sens.rep_values(sens.load_record(p), "separated")) for p in variant]
-        tau2 = np.var(ref, ddof=1)
+        within = sum(((np.asarray(r) - np.mean(r)) ** 2).sum() for r in reps) / sum(len(r) - 1 for r in reps)
+        tau2 = max(np.var(ref, ddof=1), within * np.mean([1 / len(r) for r in reps]))
         half = scipy.stats.t.ppf(0.975, len(ref) - 1) * math.sqrt(tau2 * (1 / len(own) + 1 / len(ref)))
         change = np.mean(own) - np.mean(ref)
         inside = abs(change) <= half

@@ -23,6 +23,7 @@ from benchmark.stats.seeds import (
     row_estimates,
     seed_variance,
     training_estimate,
+    training_floor,
 )
 from benchmark.stats.tiers import column_tiers, compact_letters
 
@@ -165,6 +166,31 @@ def test_bartlett_decides_pooling_and_unequal_rows_keep_their_own_seed_variance(
         pooled[1].var_mean == pytest.approx(tau2 / 3)
         and pooled[1].half_width > 10 * row_estimates(rows)[1].half_width
     )
+
+
+def test_a_row_on_its_own_seed_variance_never_goes_below_its_training_noise() -> None:
+    """Seeds whose means agree by chance (44.12, 44.34, 44.17, as omniglot's Contrastive) while
+    each seed's repetitions spread by points: the row's own tau^2 is raised to sigma_e^2 / R,
+    computed here from the repetitions by hand, on the same S - 1 df; a row above it keeps its own."""
+    offsets = [-1.5, -0.5, 0.5, 1.5]  # within-seed deviations: variance 5/3 per seed
+    calm = [[m + d for d in offsets] for m in (44.12, 44.34, 44.17)]
+    erratic = [[m + d / 10 for d in offsets] for m in (24.0, 46.0, 39.0)]
+    steady = [[m + d / 10 for d in offsets] for m in (47.0, 47.8, 46.3)]
+    rows = [calm, erratic, steady]
+    assert not seed_variance(rows).pooled  # Bartlett rejects: each row on its own variance
+    sigma_e2 = sum(d * d for d in offsets) / 3  # every seed has the same deviations
+    assert training_floor(calm) == pytest.approx(sigma_e2 / 4)
+    est = row_estimates(rows)
+    assert est[0].floored and not est[0].pooled and est[0].df == 2
+    assert est[0].var_mean == pytest.approx(sigma_e2 / 4 / 3)
+    assert est[0].half_width == pytest.approx(scipy.stats.t.ppf(0.975, 2) * math.sqrt(sigma_e2 / 12))
+    for row, e in zip(rows[1:], est[1:], strict=True):
+        means = [float(np.mean(g)) for g in row]
+        assert not e.floored and e.var_mean == pytest.approx(float(np.var(means, ddof=1)) / 3)
+    # Unequal repetition counts: the floor is sigma_e^2 times the mean of 1/R_s.
+    groups = [[1.0, 3.0], [2.0, 4.0, 6.0]]  # within: (2 + 8) / (1 + 2) = 10/3
+    assert training_floor(groups) == pytest.approx(10 / 3 * (1 / 2 + 1 / 3) / 2)
+    assert math.isnan(training_floor([[1.0], [2.0]]))  # no seed of two values: no floor
 
 
 def test_similar_seed_spreads_still_pool() -> None:

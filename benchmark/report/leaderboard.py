@@ -1016,12 +1016,18 @@ def seed_variance_footer(s: Section) -> list[str]:
     if not any(len(g) > 1 for g in groups):
         return []
     models = {(mode, m): column_seed_variance(groups, mode, m) for mode, m in s.tiers}
-    parts = [f"{mode} {METRICS.get(m).display_name} {v.short()}" for (mode, m), v in models.items()]
+    parts = []
+    for (mode, m), v in models.items():
+        part = f"{mode} {METRICS.get(m).display_name} {v.short()}"
+        estimates = column_estimates(groups, mode, m)
+        floored = [g[0].loss_display_name for g, e in zip(groups, estimates, strict=True) if e.floored]
+        parts.append(part + (f", at the training floor: {', '.join(floored)}" if floored else ""))
     n = max((v.rows for v in models.values()), default=0)
     return [
         f"Seed-mean variance of the multi-seed rows ({n}) per column: pooled unless Bartlett's test "
         f"of equal seed variances across them rejects at α = {HOMOGENEITY_ALPHA:g}, then each row's "
-        "own on S − 1 df (docs/protocols.md §4.5): " + "; ".join(parts) + "."
+        "own on S − 1 df, never below the training noise of its repetitions, σ_e²/R, where the "
+        "footer names the row 'at the training floor' (docs/protocols.md §4.5): " + "; ".join(parts) + "."
     ]
 
 

@@ -16,7 +16,8 @@ that the search moves every loss's result by a similar amount, and that assumpti
 first (:func:`seed_variance`): when Bartlett's test rejects equal seed variances across those
 rows at :data:`HOMOGENEITY_ALPHA`, one loss whose search is erratic would otherwise widen every
 row (and narrow its own), so each multi-seed row keeps its own tau^2 on S_l - 1 degrees of
-freedom. With 2-3 seeds per row the test only catches large differences; ``dmlbench plan``
+freedom, never below what its repetitions' training noise alone implies
+(:func:`own_seed_variance`). With 2-3 seeds per row the test only catches large differences; ``dmlbench plan``
 prints the per-loss spreads.
 
 A row with one seed has no estimate of the search's share: its interval is the t-interval over
@@ -62,6 +63,9 @@ class Estimate:
     #: Whether :attr:`var_mean` comes from the column's pooled seed variance (rows that share it
     #: are compared with its degrees of freedom exactly).
     pooled: bool = False
+    #: Whether :attr:`var_mean` is the row's training floor, above its own seed means' variance
+    #: (:func:`own_seed_variance`).
+    floored: bool = False
 
     @property
     def half_width(self) -> float:
@@ -168,13 +172,33 @@ class SeedVariance:
         return f"{'pooled' if self.pooled else 'own'}, p = {self.p_equal:.2g}"
 
 
+def training_floor(groups: Sequence[Sequence[float]]) -> float:
+    """The least tau^2 a row's repetitions allow: tau^2 = sigma_a^2 + sigma_e^2 * mean(1/R_s)
+    cannot fall below its second term, estimated with sigma_e^2 pooled over the row's seeds
+    (:func:`pooled_within_variance`); NaN without a seed of two values."""
+    sizes = [len(g) for g in groups if len(g)]
+    sigma_e2, _ = pooled_within_variance(groups)
+    return sigma_e2 * float(np.mean([1.0 / r for r in sizes])) if sizes else math.nan
+
+
 def own_seed_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
-    """One row's own tau^2 (the variance of its seed means) and its S - 1 degrees of freedom;
-    None without two seeds or with a non-finite seed mean."""
+    """One row's own tau^2 and its S - 1 degrees of freedom: the variance of its seed means, or
+    its :func:`training_floor` where that is larger; None without two seeds or with a non-finite
+    seed mean.
+
+    Why the floor: on 1-2 degrees of freedom the seed means can agree by chance far more closely
+    than the training noise inside each seed allows (omniglot's Contrastive: seed means 44.12,
+    44.34 and 44.17, variance 0.014, while each seed's 4 repetitions spread with
+    sigma_e^2 / R = 0.20), and the t-interval on such a variance is the one that misses: on
+    simulated rows whose spread falls in its lowest tenth, it covers 0.53-0.63 instead of 0.95
+    (``benchmarks/interval_coverage.py``). The floor keeps the S - 1 degrees of freedom, so
+    it only widens: rows of an almost deterministic search over-cover rather than under-cover."""
     means = np.asarray(seed_means(groups))
     if means.size < 2 or not np.isfinite(means).all():
         return None
-    return float(means.var(ddof=1)), int(means.size - 1)
+    raw = float(means.var(ddof=1))
+    floor = training_floor(groups)
+    return (raw if math.isnan(floor) else max(raw, floor)), int(means.size - 1)
 
 
 def equal_variance_p(samples: Sequence[np.ndarray]) -> float:
@@ -214,7 +238,8 @@ def row_estimates(
 
     Rows with one seed get :func:`training_estimate`; rows with several get the mean of their
     seed means with variance tau^2 / S_l: the pooled tau^2 on the pooled degrees of freedom, or,
-    when :func:`seed_variance` rejects equal seed variances at ``alpha``, the row's own on S_l - 1.
+    when :func:`seed_variance` rejects equal seed variances at ``alpha``, the row's own on S_l - 1
+    (:func:`own_seed_variance`: at least its training floor, :attr:`Estimate.floored` says when).
     """
     model = seed_variance(rows, alpha)
     out = []
@@ -226,6 +251,7 @@ def row_estimates(
         means = np.asarray(seed_means(groups))
         own = None if model.pooled else own_seed_variance(groups)
         tau2, df = (model.tau2, float(model.df)) if own is None else (own[0], float(own[1]))
+        floored = own is not None and own[0] > float(means.var(ddof=1))
         out.append(
             Estimate(
                 float(means.mean()),
@@ -236,6 +262,7 @@ def row_estimates(
                 SCOPE_BOTH,
                 confidence,
                 pooled=model.pooled,
+                floored=floored,
             )
         )
     return out
