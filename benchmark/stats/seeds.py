@@ -17,8 +17,8 @@ first (:func:`seed_variance`): when Bartlett's test rejects equal seed variances
 rows at :data:`HOMOGENEITY_ALPHA`, one loss whose search is erratic would otherwise widen every
 row (and narrow its own), so each multi-seed row keeps its own tau^2 on S_l - 1 degrees of
 freedom, never below what its repetitions' training noise alone implies
-(:func:`own_seed_variance`). With 2-3 seeds per row the test only catches large differences; ``dmlbench plan``
-prints the per-loss spreads.
+(:func:`own_seed_variance`). With 2-3 seeds per row the test only catches large differences;
+``dmlbench plan`` prints the per-loss spreads.
 
 A row with one seed has no estimate of the search's share: its interval is the t-interval over
 its repetitions, which covers training seeds only, and it says so (``scope``).
@@ -190,7 +190,7 @@ def own_seed_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | 
     than the training noise inside each seed allows (omniglot's Contrastive: seed means 44.12,
     44.34 and 44.17, variance 0.014, while each seed's 4 repetitions spread with
     sigma_e^2 / R = 0.20), and the t-interval on such a variance is the one that misses: on
-    simulated rows whose spread falls in its lowest tenth, it covers 0.53-0.63 instead of 0.95
+    simulated rows whose spread falls in its lowest tenth, it covers 0.51-0.63 instead of 0.95
     (``benchmarks/interval_coverage.py``). The floor keeps the S - 1 degrees of freedom, so
     it only widens: rows of an almost deterministic search over-cover rather than under-cover."""
     means = np.asarray(seed_means(groups))
