@@ -366,7 +366,8 @@ def _method(tables: dict[str, list[Comparison]], use_holm: bool, alpha: float) -
         "t-tests on the leaderboard's row model: Welch's t-test on the per-repetition test values "
         "for two one-seed rows (scipy.stats.ttest_ind, equal_var=False), the pooled seed-mean "
         "t-test for rows with several search seeds, Welch's on their seed means where Bartlett's "
-        f"test rejects equal seed spreads (docs/protocols.md §4.5); two-sided, α = {alpha:g}"
+        "test rejects equal seed spreads (each row's seed variance then at least its repetitions' "
+        f"training noise; docs/protocols.md §4.5); two-sided, α = {alpha:g}"
     )
     if use_holm:
         text += "; p-values Holm-adjusted over all comparisons of each table"
