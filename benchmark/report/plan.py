@@ -142,9 +142,9 @@ def render(
         if not c.seed_model.pooled:
             lines.append(
                 f"The losses' seed spreads differ ({c.seed_model.test()}): the leaderboard gives "
-                "each multi-seed row its own seed variance, and this pooled σ_a describes no single "
-                "loss; the plan is optimistic for a loss whose spread above is wider, pessimistic "
-                "for one whose spread is narrower."
+                "each multi-seed row its own seed variance (at least its repetitions' training "
+                "noise), and this pooled σ_a describes no single loss; the plan is optimistic for a "
+                "loss whose spread above is wider, pessimistic for one whose spread is narrower."
             )
     lines += [
         "",
