@@ -416,15 +416,21 @@ def now() -> dt.datetime:
 
 
 def parse_until(value: str, at: dt.datetime) -> dt.datetime:
-    """``--until``: ``HH:MM`` is that UTC time next after ``at``; otherwise an ISO 8601 time, UTC
-    unless it names its offset."""
+    """``--until``: ``HH:MM`` is that UTC time nearest to ``at`` within 12 hours either way (so
+    ``01:40`` typed at 23:30 is the next day's, and ``15:50`` read at 15:55 is five minutes ago:
+    nothing starts); otherwise an ISO 8601 time, UTC unless it names its offset.
+
+    Why not simply the next such time: a chain of runs that all say ``--until 15:50`` would give
+    a run that starts at 15:55 a whole day (a SoftTriple extension started so on 2026-12-07)."""
     try:
         clock = dt.time.fromisoformat(value)
     except ValueError:
         clock = None
     if clock is not None and len(value) <= 8:
         when = dt.datetime.combine(at.date(), clock.replace(tzinfo=dt.timezone.utc))
-        return when if when > at else when + dt.timedelta(days=1)
+        if when - at > dt.timedelta(hours=12):
+            return when - dt.timedelta(days=1)
+        return when if at - when <= dt.timedelta(hours=12) else when + dt.timedelta(days=1)
     try:
         when = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -689,7 +695,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 "--until",
                 default=None,
                 metavar="TIME",
-                help="start only records expected to land by this UTC time (HH:MM or ISO 8601)",
+                help=(
+                    "start only records expected to land by this UTC time (ISO 8601, or HH:MM: the "
+                    "nearest such time within 12 h, so a passed one starts nothing)"
+                ),
             )
         if name == "adopt":
             p.add_argument(

@@ -236,6 +236,13 @@ def test_until_is_the_next_such_utc_time_or_an_iso_time() -> None:
     at = dt.datetime(2026, 12, 3, 23, 30, tzinfo=dt.timezone.utc)
     assert rb.parse_until("01:40", at) == dt.datetime(2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc)
     assert rb.parse_until("23:45", at) == dt.datetime(2026, 12, 3, 23, 45, tzinfo=dt.timezone.utc)
+    # A time a few minutes past is past (a chain's later run must not get a whole day), and the
+    # nearest such time is taken either way: 12:00 read at 23:30 is noon today, 11:00 tomorrow's.
+    assert rb.parse_until("23:20", at) == dt.datetime(2026, 12, 3, 23, 20, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("12:00", at) == dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("11:00", at) == dt.datetime(2026, 12, 4, 11, 0, tzinfo=dt.timezone.utc)
+    early = dt.datetime(2026, 12, 4, 0, 30, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("23:50", early) == dt.datetime(2026, 12, 3, 23, 50, tzinfo=dt.timezone.utc)
     assert rb.parse_until("2026-12-04T01:40", at) == dt.datetime(2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc)
     assert rb.parse_until("2026-12-04T02:40+01:00", at) == dt.datetime(
         2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc
