@@ -84,7 +84,7 @@ def own_row_coverage(seeds: int, reps: int, ratio: float, n: int, rng: np.random
         own = own_seed_variance(groups)
         assert own is not None  # every simulated seed has values
         raw[b] = abs(means.mean()) <= t * math.sqrt(spread[b] / seeds)
-        floored[b] = abs(means.mean()) <= t * math.sqrt(own[0] / seeds)
+        floored[b] = abs(means.mean()) <= t * math.sqrt(own.tau2 / seeds)
     calm = spread <= np.quantile(spread, 0.1)
     return [float(raw.mean()), float(floored.mean()), float(raw[calm].mean()), float(floored[calm].mean())]
 

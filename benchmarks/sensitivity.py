@@ -137,6 +137,7 @@ from benchmark.stats.intervals import holm, t_interval  # noqa: E402
 from benchmark.stats.seeds import (  # noqa: E402
     Difference,
     Estimate,
+    OwnVariance,
     SeedVariance,
     contrast,
     difference,
@@ -327,14 +328,14 @@ class TauModel:
     each loss's own on S - 1 df (a loss with one tau seed then borrows the pool)."""
 
     variance: SeedVariance
-    #: Per loss with >= 2 tau seeds: its own tau^2 and df.
-    own: dict[str, tuple[float, int]]
+    #: Per loss with >= 2 tau seeds: its own tau^2 and df, and whether that is its training floor.
+    own: dict[str, OwnVariance]
 
     def of(self, loss: str) -> tuple[float, int]:
         """The tau^2 and degrees of freedom of ``loss``'s cells."""
         if self.variance.pooled or loss not in self.own:
             return self.variance.tau2, self.variance.df
-        return self.own[loss]
+        return self.own[loss].tau2, self.own[loss].df
 
     def header(self, borrowed: str, losses: Sequence[str] = tuple(FAMILIES)) -> str:
         """The section's line on the seed-mean variance of the rows of ``losses``."""
@@ -344,7 +345,11 @@ class TauModel:
                 f"Pooled seed-mean variance: tau = {100 * math.sqrt(v.tau2):.2f} points on {v.df} degrees"
                 f" of freedom{borrowed} ({v.test()}: equal seed spreads not rejected)."
             )
-        own = ", ".join(f"{loss} {100 * math.sqrt(t):.2f} ({df} df)" for loss, (t, df) in self.own.items())
+        floor = ", at the training floor"
+        own = ", ".join(
+            f"{loss} {100 * math.sqrt(o.tau2):.2f} ({o.df} df{floor if o.floored else ''})"
+            for loss, o in self.own.items()
+        )
         lone = [loss for loss in losses if loss not in self.own]
         lent = (
             f"; {', '.join(lone)} borrow the pool's {100 * math.sqrt(v.tau2):.2f} ({v.df} df)" if lone else ""
@@ -773,7 +778,7 @@ def other_source_notes(
         of = {loss: tau.of(loss) for loss in FAMILIES}
         source = f"at least {min(seeds.values())} seeds per loss; {tau.variance.describe()}"
     else:
-        of = dict(tau.own)
+        of = {loss: (o.tau2, o.df) for loss, o in tau.own.items()}
         spreads = [f"{loss} {seeds[loss]} seeds, tau {100 * math.sqrt(t):.2f}" for loss, (t, _) in of.items()]
         source = "each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: " + ", ".join(
             spreads

@@ -161,6 +161,25 @@ def test_a_glyphs_table_borrows_omniglots_seed_variance_and_says_so(
         assert row == f"| {loss} | {sens.FAMILIES[loss]} | {100 * mean:.2f} (1) | not run |"
 
 
+def test_the_seed_variance_line_names_the_losses_held_at_their_training_floor() -> None:
+    """On its own variances (Bartlett rejected) the line gives each loss's tau, marks those whose
+    seed means agreed more closely than their repetitions' training noise allows, and names the
+    losses that borrow the pool; a pooled line names no floor."""
+    from benchmark.stats.seeds import OwnVariance, SeedVariance
+
+    sens = _module()
+    own = {"contrastive": OwnVariance(0.0004, 2, True), "ms": OwnVariance(0.0009, 1, False)}
+    rejected = sens.TauModel(SeedVariance(False, 0.0016, 3, 2, 0.01), own)
+    line = rejected.header("", ("contrastive", "ms", "margin"))
+    assert (
+        "contrastive 2.00 (2 df, at the training floor), ms 3.00 (1 df); margin borrow the pool's 4.00 (3 df)"
+        in line
+    )
+    assert rejected.of("contrastive") == (0.0004, 2) and rejected.of("margin") == (0.0016, 3)
+    pooled = sens.TauModel(SeedVariance(True, 0.0016, 3, 2, 0.5), own)
+    assert "floor" not in pooled.header("") and pooled.of("contrastive") == (0.0016, 3)
+
+
 def _kept(curve: list[list[float]], patience: int) -> float:
     """The validation value a patience rule keeps on ``curve``, by hand: walk the validations,
     stop once ``patience`` of them in a row failed to beat the best."""

@@ -18,6 +18,7 @@ from benchmark.stats.seeds import (
     contrast,
     difference,
     equal_variance_p,
+    own_seed_variance,
     pooled_seed_variance,
     pooled_within_variance,
     row_estimates,
@@ -184,9 +185,14 @@ def test_a_row_on_its_own_seed_variance_never_goes_below_its_training_noise() ->
     assert est[0].floored and not est[0].pooled and est[0].df == 2
     assert est[0].var_mean == pytest.approx(sigma_e2 / 4 / 3)
     assert est[0].half_width == pytest.approx(scipy.stats.t.ppf(0.975, 2) * math.sqrt(sigma_e2 / 12))
+    calm_own = own_seed_variance(calm)
+    assert calm_own is not None and calm_own.floored and calm_own.df == 2
+    assert calm_own.tau2 == pytest.approx(sigma_e2 / 4)
     for row, e in zip(rows[1:], est[1:], strict=True):
         means = [float(np.mean(g)) for g in row]
         assert not e.floored and e.var_mean == pytest.approx(float(np.var(means, ddof=1)) / 3)
+        own = own_seed_variance(row)
+        assert own is not None and not own.floored and own.tau2 == pytest.approx(float(np.var(means, ddof=1)))
     # Unequal repetition counts: the floor is sigma_e^2 times the mean of 1/R_s.
     groups = [[1.0, 3.0], [2.0, 4.0, 6.0]]  # within: (2 + 8) / (1 + 2) = 10/3
     assert training_floor(groups) == pytest.approx(10 / 3 * (1 / 2 + 1 / 3) / 2)

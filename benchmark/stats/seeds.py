@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -159,7 +160,10 @@ class SeedVariance:
         test = self.test()
         if self.pooled:
             return f"pooled ({test}: equal seed variances not rejected)"
-        return f"each row's own, S − 1 df ({test}: the rows' seed spreads differ)"
+        return (
+            f"each row's own, S − 1 df, never below its training floor "
+            f"({test}: the rows' seed spreads differ)"
+        )
 
     def test(self) -> str:
         """The test behind the choice: ``Bartlett's p = 0.33 over 6 rows, α = 0.05``."""
@@ -181,7 +185,16 @@ def training_floor(groups: Sequence[Sequence[float]]) -> float:
     return sigma_e2 * float(np.mean([1.0 / r for r in sizes])) if sizes else math.nan
 
 
-def own_seed_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+class OwnVariance(NamedTuple):
+    """One row's own tau^2 on its S - 1 degrees of freedom (:func:`own_seed_variance`)."""
+
+    tau2: float
+    df: int
+    #: tau2 is the row's training floor, above the variance of its seed means.
+    floored: bool
+
+
+def own_seed_variance(groups: Sequence[Sequence[float]]) -> OwnVariance | None:
     """One row's own tau^2 and its S - 1 degrees of freedom: the variance of its seed means, or
     its :func:`training_floor` where that is larger; None without two seeds or with a non-finite
     seed mean.
@@ -198,7 +211,8 @@ def own_seed_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | 
         return None
     raw = float(means.var(ddof=1))
     floor = training_floor(groups)
-    return (raw if math.isnan(floor) else max(raw, floor)), int(means.size - 1)
+    floored = not math.isnan(floor) and floor > raw
+    return OwnVariance(floor if floored else raw, int(means.size - 1), floored)
 
 
 def equal_variance_p(samples: Sequence[np.ndarray]) -> float:
@@ -250,8 +264,7 @@ def row_estimates(
             continue
         means = np.asarray(seed_means(groups))
         own = None if model.pooled else own_seed_variance(groups)
-        tau2, df = (model.tau2, float(model.df)) if own is None else (own[0], float(own[1]))
-        floored = own is not None and own[0] > float(means.var(ddof=1))
+        tau2, df = (model.tau2, float(model.df)) if own is None else (own.tau2, float(own.df))
         out.append(
             Estimate(
                 float(means.mean()),
@@ -262,7 +275,7 @@ def row_estimates(
                 SCOPE_BOTH,
                 confidence,
                 pooled=model.pooled,
-                floored=floored,
+                floored=own is not None and own.floored,
             )
         )
     return out
