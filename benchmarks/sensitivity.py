@@ -337,6 +337,10 @@ class TauModel:
             return self.variance.tau2, self.variance.df
         return self.own[loss].tau2, self.own[loss].df
 
+    def floored(self) -> list[str]:
+        """The losses whose cells use their training floor (none while the rows pool)."""
+        return [] if self.variance.pooled else [loss for loss, o in self.own.items() if o.floored]
+
     def header(self, borrowed: str, losses: Sequence[str] = tuple(FAMILIES)) -> str:
         """The section's line on the seed-mean variance of the rows of ``losses``."""
         v = self.variance
@@ -776,10 +780,17 @@ def other_source_notes(
     of: dict[str, tuple[float, int]]
     if min(seeds.values()) >= 2:
         of = {loss: tau.of(loss) for loss in FAMILIES}
-        source = f"at least {min(seeds.values())} seeds per loss; {tau.variance.describe()}"
+        floored = tau.floored()
+        source = f"at least {min(seeds.values())} seeds per loss; {tau.variance.describe()}" + (
+            f"; at the training floor: {', '.join(floored)}" if floored else ""
+        )
     else:
         of = {loss: (o.tau2, o.df) for loss, o in tau.own.items()}
-        spreads = [f"{loss} {seeds[loss]} seeds, tau {100 * math.sqrt(t):.2f}" for loss, (t, _) in of.items()]
+        spreads = [
+            f"{loss} {seeds[loss]} seeds, tau {100 * math.sqrt(o.tau2):.2f}"
+            + (", at the training floor" if o.floored else "")
+            for loss, o in tau.own.items()
+        ]
         source = "each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: " + ", ".join(
             spreads
         )
