@@ -418,7 +418,8 @@ def now() -> dt.datetime:
 def parse_until(value: str, at: dt.datetime) -> dt.datetime:
     """``--until``: ``HH:MM`` is that UTC time nearest to ``at`` within 12 hours either way (so
     ``01:40`` typed at 23:30 is the next day's, and ``15:50`` read at 15:55 is five minutes ago:
-    nothing starts); otherwise an ISO 8601 time, UTC unless it names its offset.
+    nothing starts; one exactly 12 hours away is the coming one); otherwise an ISO 8601 time, UTC
+    unless it names its offset.
 
     Why not simply the next such time: a chain of runs that all say ``--until 15:50`` would give
     a run that starts at 15:55 a whole day (a SoftTriple extension started so on 2026-12-07)."""
@@ -428,9 +429,10 @@ def parse_until(value: str, at: dt.datetime) -> dt.datetime:
         clock = None
     if clock is not None and len(value) <= 8:
         when = dt.datetime.combine(at.date(), clock.replace(tzinfo=dt.timezone.utc))
-        if when - at > dt.timedelta(hours=12):
-            return when - dt.timedelta(days=1)
-        return when if at - when <= dt.timedelta(hours=12) else when + dt.timedelta(days=1)
+        # The day that puts it in (at - 12 h, at + 12 h]: a time exactly 12 hours away either way
+        # is the coming one, whichever side of noon ``at`` is.
+        half = dt.timedelta(hours=12)
+        return when + dt.timedelta(days=(at - when - half) // dt.timedelta(days=1) + 1)
     try:
         when = dt.datetime.fromisoformat(value)
     except ValueError:

@@ -243,6 +243,13 @@ def test_until_is_the_next_such_utc_time_or_an_iso_time() -> None:
     assert rb.parse_until("11:00", at) == dt.datetime(2026, 12, 4, 11, 0, tzinfo=dt.timezone.utc)
     early = dt.datetime(2026, 12, 4, 0, 30, tzinfo=dt.timezone.utc)
     assert rb.parse_until("23:50", early) == dt.datetime(2026, 12, 3, 23, 50, tzinfo=dt.timezone.utc)
+    # Exactly 12 hours away either way is the coming time, on either side of noon.
+    assert rb.parse_until("11:30", at) == dt.datetime(2026, 12, 4, 11, 30, tzinfo=dt.timezone.utc)
+    morning = dt.datetime(2026, 12, 3, 11, 0, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("23:00", morning) == dt.datetime(2026, 12, 3, 23, 0, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("10:59", morning) == dt.datetime(2026, 12, 3, 10, 59, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("22:59", morning) == dt.datetime(2026, 12, 3, 22, 59, tzinfo=dt.timezone.utc)
+    assert rb.parse_until("23:01", morning) == dt.datetime(2026, 12, 2, 23, 1, tzinfo=dt.timezone.utc)
     assert rb.parse_until("2026-12-04T01:40", at) == dt.datetime(2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc)
     assert rb.parse_until("2026-12-04T02:40+01:00", at) == dt.datetime(
         2026, 12, 4, 1, 40, tzinfo=dt.timezone.utc
