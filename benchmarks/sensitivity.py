@@ -772,7 +772,8 @@ def other_source_notes(
 
     When each of the six losses has >= 2 seeds there, the tau model is that of the six rows
     (:func:`tau_model`); otherwise each loss with >= 2 seeds there gets its own tau^2 on S - 1 df
-    and the others no cell (``calibt20``, whose only multi-seed loss is margin)."""
+    and the others no cell (no committed reference since each got >= 2 seeds of every study loss;
+    ``calibt20`` once had several of margin alone)."""
     # Which seed spread the intervals assume is itself a choice: with 2 df per loss it can decide
     # a verdict, so the table shows the other defensible choice beside its own.
     seeds = {loss: len(variant_paths(against, TAU_DATASET, loss)) for loss in FAMILIES}

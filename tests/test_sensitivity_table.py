@@ -707,7 +707,7 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
 ) -> None:
     """Against a reference with several omniglot seeds per loss, each cell again with that loss's
     tau^2 from the reference's own seed means (ddof 1, t on S - 1 df: Bartlett rejects equal
-    spreads in calibp10; calibt20 has several seeds of margin alone, which then gets its own),
+    spreads in both references' separated columns),
     never below the reference's training noise sigma_e^2 * mean(1/R) (docs/protocols.md §4.5),
     recomputed here with numpy and scipy; a verdict that differs is named."""
     sens = _module()
@@ -742,6 +742,47 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
     # The rows held at their floor are named (Bartlett rejects equal spreads in both references).
     assert (f"; at the training floor: {', '.join(floored)})" in note) == bool(floored)
     assert floored or "at the training floor" not in note
+
+
+def test_a_reference_with_one_seed_of_some_losses_gives_only_its_multi_seed_losses_a_cell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where a reference has a single seed of some study losses, the check falls back to each loss
+    with >= 2 seeds there on its own tau^2 (S - 1 df, never below its training floor) and gives the
+    others no cell: the reference here is calibt20 cut to its first seed but for margin's four,
+    recomputed by hand with numpy and scipy."""
+    sens = _module()
+    real = sens.variant_paths
+
+    def one_seed_but_margin(variant: str, dataset: str, loss: str) -> list[Path]:
+        paths: list[Path] = real(variant, dataset, loss)
+        return paths if variant != "calibt20" or loss == "margin" else paths[:1]
+
+    monkeypatch.setattr(sens, "variant_paths", one_seed_but_margin)
+    inside_all = {"calibt20x2": {loss: (-1.0, 1.0) for loss in sens.FAMILIES}}
+    (note, blank) = sens.other_source_notes("separated", ["calibt20x2"], "calibt20", "omniglot", inside_all)
+    assert blank == ""
+    reps = [sens.rep_values(sens.load_record(p), "separated") for p in real("calibt20", "omniglot", "margin")]
+    assert len(reps) >= 2
+    means = [np.mean(r) for r in reps]
+    within = sum(((np.asarray(r) - np.mean(r)) ** 2).sum() for r in reps) / sum(len(r) - 1 for r in reps)
+    floor = within * np.mean([1 / len(r) for r in reps])
+    tau2 = max(np.var(means, ddof=1), floor)
+    at_floor = ", at the training floor" if floor > np.var(means, ddof=1) else ""
+    assert (
+        f"each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: "
+        f"margin {len(reps)} seeds, tau {100 * math.sqrt(tau2):.2f}{at_floor}): "
+    ) in note
+    own = [
+        np.mean(sens.rep_values(sens.load_record(p), "separated"))
+        for p in real("calibt20x2", "omniglot", "margin")
+    ]
+    half = scipy.stats.t.ppf(0.975, len(reps) - 1) * math.sqrt(tau2 * (1 / len(own) + 1 / len(reps)))
+    change = np.mean(own) - np.mean(means)
+    inside = abs(change) <= half
+    cells = note.split("): ", 1)[1].split(". ", 1)[0]
+    assert cells == f"margin {page_signed(100 * change)} ± {100 * half:.2f}{' (0 inside)' if inside else ''}"
+    assert note.endswith("No verdict changes.") == inside
 
 
 def test_the_check_separates_what_the_extra_trials_found() -> None:
