@@ -37,6 +37,16 @@ def _pooled_by_hand(sens: ModuleType) -> tuple[dict[str, list[np.floating[Any]]]
     return groups, ss / df, df
 
 
+def _own_tau2(reps: list[list[float]]) -> tuple[float, bool]:
+    """One loss's tau^2 from its seed means (ddof 1), never below its training floor
+    sigma_e^2 * mean(1/R) with sigma_e^2 pooled within seeds (docs/protocols.md §4.5), by hand; and
+    whether the floor held it."""
+    within = sum(((np.asarray(r) - np.mean(r)) ** 2).sum() for r in reps) / sum(len(r) - 1 for r in reps)
+    floor = float(within * np.mean([1 / len(r) for r in reps]))
+    spread = float(np.var([np.mean(r) for r in reps], ddof=1))
+    return max(spread, floor), floor > spread
+
+
 def test_a_cell_is_the_change_with_the_pooled_interval() -> None:
     sens = _module()
     runs = sorted((sens.OUT_ROOT / "patience5" / "omniglot" / "mlrc" / "records").glob("*.json"))
@@ -726,10 +736,8 @@ def test_the_check_repeats_its_cells_on_the_references_own_seed_spread(
             assert f" {loss} " not in note
             continue
         own = [np.mean(sens.rep_values(sens.load_record(p), "separated")) for p in variant]
-        within = sum(((np.asarray(r) - np.mean(r)) ** 2).sum() for r in reps) / sum(len(r) - 1 for r in reps)
-        floor = within * np.mean([1 / len(r) for r in reps])
-        tau2 = max(np.var(ref, ddof=1), floor)
-        floored += [loss] if floor > np.var(ref, ddof=1) else []
+        tau2, at_floor = _own_tau2(reps)
+        floored += [loss] if at_floor else []
         half = scipy.stats.t.ppf(0.975, len(ref) - 1) * math.sqrt(tau2 * (1 / len(own) + 1 / len(ref)))
         change = np.mean(own) - np.mean(ref)
         inside = abs(change) <= half
@@ -765,13 +773,11 @@ def test_a_reference_with_one_seed_of_some_losses_gives_only_its_multi_seed_loss
     reps = [sens.rep_values(sens.load_record(p), "separated") for p in real("calibt20", "omniglot", "margin")]
     assert len(reps) >= 2
     means = [np.mean(r) for r in reps]
-    within = sum(((np.asarray(r) - np.mean(r)) ** 2).sum() for r in reps) / sum(len(r) - 1 for r in reps)
-    floor = within * np.mean([1 / len(r) for r in reps])
-    tau2 = max(np.var(means, ddof=1), floor)
-    at_floor = ", at the training floor" if floor > np.var(means, ddof=1) else ""
+    tau2, at_floor = _own_tau2(reps)
     assert (
         f"each loss's own seed spread, S − 1 df, where it has at least 2 seeds there: "
-        f"margin {len(reps)} seeds, tau {100 * math.sqrt(tau2):.2f}{at_floor}): "
+        f"margin {len(reps)} seeds, tau {100 * math.sqrt(tau2):.2f}"
+        f"{', at the training floor' if at_floor else ''}): "
     ) in note
     own = [
         np.mean(sens.rep_values(sens.load_record(p), "separated"))
