@@ -1019,8 +1019,12 @@ def seed_variance_footer(s: Section) -> list[str]:
     parts = []
     for (mode, m), v in models.items():
         part = f"{mode} {METRICS.get(m).display_name} {v.short()}"
-        estimates = column_estimates(groups, mode, m)
-        floored = [g[0].loss_display_name for g, e in zip(groups, estimates, strict=True) if e.floored]
+        # The rows hold the column's estimates already (build_rows); by loss name, as the groups.
+        floored = [
+            r.name
+            for r in sorted(s.rows, key=lambda r: r.loss)
+            if r.loss != UNTRAINED and (e := r.estimates.get((mode, m))) is not None and e.floored
+        ]
         parts.append(part + (f", at the training floor: {', '.join(floored)}" if floored else ""))
     n = max((v.rows for v in models.values()), default=0)
     return [
