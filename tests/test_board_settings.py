@@ -37,7 +37,13 @@ from benchmark.records import (
     settings_of,
 )
 from benchmark.report.compare import compare_leaderboard, settings_conflicts
-from benchmark.report.leaderboard import Leaderboard, build_leaderboard, load_leaderboard, markdown_text
+from benchmark.report.leaderboard import (
+    Leaderboard,
+    build_leaderboard,
+    load_leaderboard,
+    markdown_text,
+    tier_footer,
+)
 from benchmark.report.tables import json_data, render_leaderboard
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,6 +233,10 @@ def test_a_budget_of_two_settings_gets_two_sections_never_ranked_together() -> N
     col = ("separated", "map_at_r")
     assert len(current.tiers[col].letters) == 2 and current.tiers[col].n_pairs == 1
     assert len(earlier.tiers[col].letters) == 3 and earlier.tiers[col].n_pairs == 3
+    # The footer counts them: one pair is "1 pair", not "1 pairs".
+    for section, n, pairs in ((current, 2, "1 pair"), (earlier, 3, "3 pairs")):
+        n_best = sum(section.tiers[col].in_best_tier)
+        assert f"separated MAP@R {n_best}/{n} ({pairs});" in tier_footer(section)[0]
 
     sections = sections_of(markdown_text(lb))
     assert list(sections) == ["mini", earlier.label]

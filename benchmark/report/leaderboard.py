@@ -1004,7 +1004,8 @@ def tier_footer(s: Section) -> list[str]:
         if t.best is None:
             continue
         n_best = sum(t.in_best_tier)
-        parts.append(f"{mode} {METRICS.get(m).display_name} {n_best}/{len(t.letters)} ({t.n_pairs} pairs)")
+        pairs = f"{t.n_pairs} pair" + ("" if t.n_pairs == 1 else "s")
+        parts.append(f"{mode} {METRICS.get(m).display_name} {n_best}/{len(t.letters)} ({pairs})")
     return ["Best tier size per column: " + "; ".join(parts) + "."] if parts else []
 
 
